@@ -1,0 +1,129 @@
+"""JobSpec (API.md) and its validation: the one place a raw spec becomes a checked, normalised one.
+
+The API calls `validate_job_spec` before storing anything; workers and `inference_core.run` call it again,
+so a spec that reaches training has passed exactly the same checks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError
+
+from inference_core import errors
+from inference_core.catalog import METHODS, TARGET_KINDS
+from inference_core.schemas.common import StrictModel, find_nonfinite
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Caps enforced before any work is done (the service sets them from its settings)."""
+
+    max_particles: int = 100_000
+    max_steps: int = 1_000_000
+    max_dim: int = 1_000_000
+
+
+class EvalSpec(StrictModel):
+    every: int | None = Field(default=None, ge=1, description="diagnostics every this many steps")
+
+
+class JobSpec(StrictModel):
+    method: str = Field(min_length=1, max_length=64)
+    target: dict[str, Any]
+    num_particles: int = Field(default=100, ge=1)
+    steps: int = Field(default=1000, ge=1)
+    seed: int = Field(default=0, ge=0, lt=2**63)
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    options: dict[str, Any] = Field(default_factory=dict)
+    eval: EvalSpec = Field(default_factory=EvalSpec)
+    name: str | None = Field(default=None, max_length=200)
+    checkpoint_every: int | None = Field(default=None, ge=1, description="default: steps // 10, at most 1000")
+    metrics_every: int | None = Field(default=None, ge=1, description="default: about 200 points per job")
+
+    @property
+    def checkpoint_interval(self) -> int:
+        return self.checkpoint_every or max(1, min(1000, self.steps // 10))
+
+    @property
+    def metrics_interval(self) -> int:
+        return self.metrics_every or max(1, self.steps // 200)
+
+
+def _loc_text(loc: tuple) -> str:
+    return ".".join(str(part) for part in loc)
+
+
+def _first_error(exc: ValidationError, prefix: tuple) -> tuple[str, tuple]:
+    first = exc.errors(include_url=False)[0]
+    loc = (*prefix, *first["loc"])
+    message = first["msg"].removeprefix("Value error, ")
+    return (f"{_loc_text(loc)}: {message}" if loc else message), loc
+
+
+def validate_job_spec(raw: Any, limits: Limits | None = None) -> JobSpec:
+    """Check a raw JobSpec and return it normalised (target and options with defaults filled in).
+
+    Raises an `errors.InferenceError` subclass whose `code` and `detail` go straight to the client.
+    """
+    limits = limits or Limits()
+    if not isinstance(raw, dict):
+        raise errors.SpecInvalid("the job spec must be a JSON object")
+    bad = find_nonfinite(raw)
+    if bad is not None:
+        raise errors.SpecInvalid(f"{_loc_text(bad)}: NaN and infinity are not allowed", loc=bad)
+    try:
+        spec = JobSpec.model_validate(raw)
+    except ValidationError as exc:
+        detail, loc = _first_error(exc, ())
+        raise errors.SpecInvalid(detail, loc=loc) from None
+
+    method = METHODS.get(spec.method)
+    if method is None:
+        raise errors.MethodUnknown(
+            f"unknown method {spec.method!r}; known: {', '.join(sorted(METHODS))}", loc=("method",)
+        )
+    kind_name = spec.target.get("kind")
+    kind = TARGET_KINDS.get(kind_name) if isinstance(kind_name, str) else None
+    if kind is None:
+        raise errors.TargetUnknown(
+            f"unknown target kind {kind_name!r}; known: {', '.join(sorted(TARGET_KINDS))}",
+            loc=("target", "kind"),
+        )
+    try:
+        target = kind.schema.model_validate(spec.target)
+    except ValidationError as exc:
+        detail, loc = _first_error(exc, ("target",))
+        raise errors.TargetInvalid(detail, loc=loc) from None
+    if kind.name not in method.target_kinds:
+        raise errors.MethodUnsupportedForTarget(
+            f"method {method.name!r} does not accept target kind {kind.name!r}", loc=("method",)
+        )
+    try:
+        options = method.schema.model_validate(spec.options)
+    except ValidationError as exc:
+        detail, loc = _first_error(exc, ("options",))
+        raise errors.MethodOptionsInvalid(detail, loc=loc) from None
+
+    if spec.num_particles > limits.max_particles:
+        raise errors.LimitExceeded(
+            f"num_particles {spec.num_particles} is over the cap of {limits.max_particles}", loc=("num_particles",)
+        )
+    if spec.steps > limits.max_steps:
+        raise errors.LimitExceeded(f"steps {spec.steps} is over the cap of {limits.max_steps}", loc=("steps",))
+    dim = getattr(target, "dim", None)
+    if dim is not None and dim > limits.max_dim:
+        raise errors.LimitExceeded(f"target dimension {dim} is over the cap of {limits.max_dim}", loc=("target",))
+
+    return spec.model_copy(
+        update={"target": target.model_dump(mode="json"), "options": options.model_dump(mode="json")}
+    )
+
+
+def spec_fingerprint(raw: Any) -> str:
+    """sha256 of the canonical JSON of a spec (sorted keys, no spaces): idempotency compares these."""
+    canonical = json.dumps(raw, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
