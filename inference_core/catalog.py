@@ -13,7 +13,14 @@ from typing import Any
 from pydantic import BaseModel
 
 from inference_core.schemas.methods import SVGDOptions
-from inference_core.schemas.targets import GaussianTargetSpec
+from inference_core.schemas.targets import (
+    BananaTargetSpec,
+    EnergyTargetSpec,
+    ExpressionTargetSpec,
+    FunnelTargetSpec,
+    GaussianMixtureTargetSpec,
+    GaussianTargetSpec,
+)
 
 
 @dataclass(frozen=True)
@@ -45,6 +52,41 @@ TARGET_KINDS: dict[str, TargetKind] = {
             builder="inference_core.targets.gaussian:build",
             summary="Multivariate normal N(mean, cov) (or given by its precision); exact reference.",
             has_reference=True,
+        ),
+        TargetKind(
+            name="gaussian_mixture",
+            schema=GaussianMixtureTargetSpec,
+            builder="inference_core.targets.mixture:build",
+            summary="Mixture of Gaussians Σ w_k N(means[k], covs[k]) (weights normalised); exact reference.",
+            has_reference=True,
+        ),
+        TargetKind(
+            name="banana",
+            schema=BananaTargetSpec,
+            builder="inference_core.targets.banana:build",
+            summary="Twisted Gaussian (Haario et al. 1999): x2 | x1 ~ N(curvature·(x1² − scale²), 1); exact reference.",
+            has_reference=True,
+        ),
+        TargetKind(
+            name="funnel",
+            schema=FunnelTargetSpec,
+            builder="inference_core.targets.funnel:build",
+            summary="Neal's funnel: v ~ N(0, scale²), x_i | v ~ N(0, e^v); exact reference.",
+            has_reference=True,
+        ),
+        TargetKind(
+            name="energy",
+            schema=EnergyTargetSpec,
+            builder="inference_core.targets.energy:build",
+            summary="2-D potentials U1..U4 of Rezende & Mohamed 2015, p ∝ exp(−U); reference on the box [−4, 4]².",
+            has_reference=True,
+        ),
+        TargetKind(
+            name="expression",
+            schema=ExpressionTargetSpec,
+            builder="inference_core.targets.expression:build",
+            summary="Log-density written in the safe expression language, compiled to torch (never eval'd).",
+            has_reference=False,
         ),
     ]
 }

@@ -1,0 +1,1 @@
+"""HTTP layer: one router per resource under routes/, shared dependencies in deps.py."""

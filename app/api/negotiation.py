@@ -1,0 +1,62 @@
+"""Content negotiation for numeric arrays: JSON (nested lists) or NumPy `.npy` (float32), else 406."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+from fastapi import Request
+from fastapi.responses import JSONResponse, Response
+
+from app.api.problems import Problem
+
+NPY = "application/x-npy"
+JSON = "application/json"
+
+
+def choose_array_format(request: Request) -> str:
+    """"json" or "npy" from the Accept header (quality values honoured); 406 if neither is acceptable."""
+    header = request.headers.get("accept", "").strip()
+    if not header:
+        return "json"
+    best: tuple[float, str] | None = None
+    for item in header.split(","):
+        media, *params = (part.strip() for part in item.split(";"))
+        quality = 1.0
+        for param in params:
+            name, _, value = param.partition("=")
+            if name.strip() == "q":
+                try:
+                    quality = float(value)
+                except ValueError:
+                    quality = 0.0
+        media = media.lower()
+        if media == NPY:
+            candidate = (quality, "npy")
+        elif media in (JSON, "application/*", "*/*"):
+            candidate = (quality, "json")
+        else:
+            continue
+        if quality > 0 and (best is None or candidate[0] > best[0]):
+            best = candidate
+    if best is None:
+        raise Problem(406, "not_acceptable", f"can answer with {JSON} or {NPY}, not {header!r}")
+    return best[1]
+
+
+def npy_bytes(array: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, np.ascontiguousarray(array, dtype=np.float32), allow_pickle=False)
+    return buffer.getvalue()
+
+
+def load_npy(data: bytes) -> np.ndarray:
+    return np.load(io.BytesIO(data), allow_pickle=False)
+
+
+def array_response(request: Request, array: np.ndarray, key: str, extra: dict | None = None) -> Response:
+    if choose_array_format(request) == "npy":
+        return Response(npy_bytes(array), media_type=NPY)
+    array = np.asarray(array, dtype=np.float32)
+    body = {key: array.astype(np.float64).tolist(), "shape": list(array.shape), **(extra or {})}
+    return JSONResponse(body)

@@ -1,0 +1,45 @@
+"""Opaque, tamper-evident page tokens for keyset pagination (newest first), per AIP-158."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+from datetime import datetime
+from typing import Any
+
+from app.api.problems import Problem
+
+
+def clamp_page_size(requested: int | None, default: int, maximum: int) -> int:
+    if requested is None:
+        return default
+    if requested < 1:
+        raise Problem(422, "request_invalid", "page_size must be at least 1")
+    return min(requested, maximum)
+
+
+def encode_token(secret: str, created_at: datetime, object_id: str, filters: dict[str, Any]) -> str:
+    payload = json.dumps({"c": created_at.isoformat(), "i": object_id, "f": filters}, sort_keys=True).encode()
+    mac = hmac.new(secret.encode(), payload, hashlib.sha256).digest()[:16]
+    return base64.urlsafe_b64encode(payload).decode().rstrip("=") + "." + base64.urlsafe_b64encode(mac).decode().rstrip("=")
+
+
+def decode_token(secret: str, token: str, filters: dict[str, Any]) -> tuple[datetime, str]:
+    """The (created_at, id) to continue after; 422 if the token was altered or the filters changed."""
+    try:
+        body, _, mac = token.partition(".")
+        payload = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
+        given = base64.urlsafe_b64decode(mac + "=" * (-len(mac) % 4))
+        expected = hmac.new(secret.encode(), payload, hashlib.sha256).digest()[:16]
+        if not hmac.compare_digest(given, expected):
+            raise ValueError("bad signature")
+        data = json.loads(payload)
+        if data["f"] != filters:
+            raise Problem(422, "page_token_invalid", "page_token was issued for different filters")
+        return datetime.fromisoformat(data["c"]), str(data["i"])
+    except Problem:
+        raise
+    except Exception:  # noqa: BLE001 - any malformed token is the same client error
+        raise Problem(422, "page_token_invalid", "page_token is not valid") from None

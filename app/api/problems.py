@@ -1,0 +1,106 @@
+"""RFC 9457 problem bodies with a stable machine `code` and the request id; never a traceback or a path."""
+
+from __future__ import annotations
+
+import logging
+from http import HTTPStatus
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from inference_core.errors import InferenceError
+
+PROBLEM_MEDIA_TYPE = "application/problem+json"
+logger = logging.getLogger("parvis.api")
+
+_STATUS_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    406: "not_acceptable",
+    409: "conflict",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    422: "request_invalid",
+    429: "quota_exceeded",
+    503: "unavailable",
+}
+
+
+class Problem(Exception):
+    """Raise anywhere in a route to answer with a problem body."""
+
+    def __init__(self, status: int, code: str, detail: str, *, headers: dict[str, str] | None = None,
+                 extra: dict[str, Any] | None = None):
+        super().__init__(detail)
+        self.status = status
+        self.code = code
+        self.detail = detail
+        self.headers = headers
+        self.extra = extra or {}
+
+
+def request_id_of(request: Request) -> str:
+    return getattr(request.state, "request_id", "") or ""
+
+
+def problem_response(request: Request, status: int, code: str, detail: str, *,
+                     headers: dict[str, str] | None = None, extra: dict[str, Any] | None = None) -> JSONResponse:
+    body = {
+        "type": f"urn:parvis:problem:{code}",
+        "title": HTTPStatus(status).phrase,
+        "status": status,
+        "detail": detail,
+        "code": code,
+        "request_id": request_id_of(request),
+        **(extra or {}),
+    }
+    return JSONResponse(body, status_code=status, headers=headers, media_type=PROBLEM_MEDIA_TYPE)
+
+
+def not_found(kind: str, object_id: str) -> Problem:
+    return Problem(404, "not_found", f"no {kind} with id {object_id!r}")
+
+
+def _validation_detail(exc: RequestValidationError) -> str:
+    errors = exc.errors()
+    if not errors:
+        return "the request is invalid"
+    first = errors[0]
+    loc = ".".join(str(part) for part in first.get("loc", ()) if part != "body")
+    message = str(first.get("msg", "invalid value")).removeprefix("Value error, ")
+    return f"{loc}: {message}" if loc else message
+
+
+def install_problem_handlers(app: FastAPI) -> None:
+    @app.exception_handler(Problem)
+    async def _problem(request: Request, exc: Problem) -> JSONResponse:
+        return problem_response(request, exc.status, exc.code, exc.detail, headers=exc.headers, extra=exc.extra)
+
+    @app.exception_handler(InferenceError)
+    async def _inference(request: Request, exc: InferenceError) -> JSONResponse:
+        extra = {"loc": list(exc.loc)} if exc.loc else None
+        return problem_response(request, 422, exc.code, exc.detail, extra=extra)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return problem_response(request, 422, "request_invalid", _validation_detail(exc))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = _STATUS_CODES.get(exc.status_code, "http_error")
+        detail = exc.detail if isinstance(exc.detail, str) else HTTPStatus(exc.status_code).phrase
+        if exc.status_code == 404 and detail == "Not Found":
+            detail = f"no route {request.method} {request.url.path}"
+        return problem_response(request, exc.status_code, code, detail, headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        logger.exception("unhandled error (request_id=%s)", request_id_of(request))
+        return problem_response(request, 500, "internal_error",
+                                "internal error; quote the request_id when reporting it")

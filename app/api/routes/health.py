@@ -1,0 +1,45 @@
+"""Liveness (process up) and readiness (database, broker and at least one live worker)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse
+from sqlalchemy import func, select, text
+
+from app.api.deps import SenderDep, SessionDep, SettingsDep
+from app.api.schemas import Health
+from app.data.models import WorkerHeartbeat, utcnow
+
+router = APIRouter(prefix="/v1/health", tags=["health"])
+
+
+@router.get("/live", response_model=Health)
+def live() -> Health:
+    return Health(status="ok")
+
+
+@router.get("/ready", response_model=Health, responses={503: {"model": Health}})
+def ready(session: SessionDep, settings: SettingsDep, sender: SenderDep) -> JSONResponse:
+    checks: dict[str, object] = {}
+    try:
+        session.execute(text("SELECT 1"))
+        checks["database"] = "ok"
+        cutoff = utcnow() - timedelta(seconds=max(3 * settings.heartbeat_seconds, 10.0))
+        workers = session.execute(
+            select(func.count()).select_from(WorkerHeartbeat).where(WorkerHeartbeat.last_seen_at > cutoff)
+        ).scalar_one()
+        checks["workers"] = int(workers)
+    except Exception:  # noqa: BLE001 - readiness reports, it does not raise
+        checks["database"] = "unreachable"
+        checks["workers"] = 0
+    try:
+        with sender.connection_for_write() as connection:
+            connection.ensure_connection(max_retries=1, timeout=2)
+        checks["broker"] = "ok"
+    except Exception:  # noqa: BLE001
+        checks["broker"] = "unreachable"
+    ok = checks["database"] == "ok" and checks["broker"] == "ok" and checks["workers"] >= 1  # type: ignore[operator]
+    body = Health(status="ok" if ok else "unavailable", checks=checks)
+    return JSONResponse(body.model_dump(), status_code=200 if ok else 503)

@@ -1,0 +1,260 @@
+"""Jobs: submit (idempotent), list, inspect, metrics, particles, cancel, delete."""
+
+from __future__ import annotations
+
+import logging
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Header, Query, Request, Response
+from fastapi.responses import JSONResponse
+from sqlalchemy import and_, delete, func, or_, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from app.api.deps import CurrentTenant, SenderDep, SessionDep, SettingsDep, StoreDep
+from app.api.negotiation import array_response, load_npy
+from app.api.pagination import clamp_page_size, decode_token, encode_token
+from app.api.problems import Problem, not_found
+from app.api.schemas import JobError, JobList, JobOut, MetricPointOut, MetricTrace, Progress
+from app.data.jobs import new_id
+from app.data.models import JOB_STATUSES, TERMINAL_STATUSES, Artifact, Job, MetricPoint, Sampler, utcnow
+from app.data.queue import enqueue_job
+from app.data.settings import Settings
+from inference_core.spec import Limits, spec_fingerprint, validate_job_spec
+
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+logger = logging.getLogger("parvis.api")
+
+ACTIVE_STATUSES = ("queued", "running")
+
+
+def limits_from(settings: Settings) -> Limits:
+    return Limits(max_particles=settings.max_particles, max_steps=settings.max_steps, max_dim=settings.max_dim)
+
+
+def owned_job(session: Session, tenant: str, job_id: str) -> Job:
+    """The tenant's job or 404 (another tenant's job is indistinguishable from a missing one)."""
+    job = session.execute(select(Job).where(Job.id == job_id, Job.tenant_id == tenant)).scalar_one_or_none()
+    if job is None:
+        raise not_found("job", job_id)
+    return job
+
+
+def job_out(job: Job, sampler_id: str | None = None) -> JobOut:
+    total = int(job.spec.get("steps", 0))
+    progress = job.progress or {"step": 0, "total_steps": total, "fraction": 0.0, "eta_s": None}
+    error = JobError(code=job.error_code, detail=job.error_detail or "") if job.error_code else None
+    return JobOut(
+        id=job.id,
+        status=job.status,
+        method=job.method,
+        name=job.name,
+        progress=Progress(**progress),
+        metrics=job.metrics or {},
+        error=error,
+        created_at=job.created_at,
+        started_at=job.started_at,
+        finished_at=job.finished_at,
+        sampler_id=sampler_id,
+        spec=job.spec,
+        attempt=job.attempt,
+        cancel_requested=job.cancel_requested,
+        checkpoint_step=job.checkpoint_step,
+        resumed_from_step=job.resumed_from_step,
+    )
+
+
+def sampler_ids(session: Session, job_ids: list[str]) -> dict[str, str]:
+    if not job_ids:
+        return {}
+    rows = session.execute(select(Sampler.job_id, Sampler.id).where(Sampler.job_id.in_(job_ids))).all()
+    return {job_id: sampler_id for job_id, sampler_id in rows}
+
+
+def _replay(job: Job, fingerprint: str, session: Session) -> JSONResponse:
+    if job.spec_sha256 != fingerprint:
+        raise Problem(422, "idempotency_key_reused",
+                      "this Idempotency-Key was already used with a different request body")
+    out = job_out(job, sampler_ids(session, [job.id]).get(job.id))
+    return JSONResponse(out.model_dump(mode="json"), status_code=200, headers={"Location": f"/v1/jobs/{job.id}"})
+
+
+@router.post(
+    "",
+    status_code=202,
+    response_model=JobOut,
+    responses={200: {"model": JobOut, "description": "idempotent replay"}},
+    openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
+        "schema": {"$ref": "#/components/schemas/JobSpec"}}}}},
+)
+def submit_job(
+    body: Annotated[Any, Body()],
+    session: SessionDep,
+    tenant: CurrentTenant,
+    settings: SettingsDep,
+    sender: SenderDep,
+    idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key", max_length=255)] = None,
+) -> JSONResponse:
+    spec = validate_job_spec(body, limits_from(settings))
+    normalized = spec.model_dump(mode="json")
+    fingerprint = spec_fingerprint(normalized)
+
+    if idempotency_key is not None:
+        existing = session.execute(
+            select(Job).where(Job.tenant_id == tenant, Job.idempotency_key == idempotency_key)
+        ).scalar_one_or_none()
+        if existing is not None:
+            return _replay(existing, fingerprint, session)
+
+    active = session.execute(
+        select(func.count()).select_from(Job).where(Job.tenant_id == tenant, Job.status.in_(ACTIVE_STATUSES))
+    ).scalar_one()
+    if active >= settings.max_active_jobs_per_tenant:
+        raise Problem(429, "quota_exceeded",
+                      f"{active} jobs are queued or running; the limit is {settings.max_active_jobs_per_tenant}",
+                      headers={"Retry-After": "30"})
+
+    now = utcnow()
+    job = Job(
+        id=new_id("job"),
+        tenant_id=tenant,
+        status="queued",
+        method=spec.method,
+        name=spec.name,
+        spec=normalized,
+        spec_sha256=fingerprint,
+        idempotency_key=idempotency_key,
+        max_attempts=settings.max_attempts,
+        progress={"step": 0, "total_steps": spec.steps, "fraction": 0.0, "eta_s": None},
+        created_at=now,
+        updated_at=now,
+        enqueued_at=now,
+    )
+    session.add(job)
+    try:
+        session.commit()
+    except IntegrityError:
+        # A concurrent request with the same key won the insert: answer as its replay.
+        session.rollback()
+        existing = session.execute(
+            select(Job).where(Job.tenant_id == tenant, Job.idempotency_key == idempotency_key)
+        ).scalar_one()
+        return _replay(existing, fingerprint, session)
+
+    try:
+        enqueue_job(sender, settings, job.id)
+    except Exception:  # noqa: BLE001 - any broker failure: undo the row, tell the client to retry
+        logger.exception("could not enqueue job %s", job.id)
+        session.execute(delete(Job).where(Job.id == job.id))
+        session.commit()
+        raise Problem(503, "broker_unavailable", "the job queue is unreachable; nothing was stored, retry later",
+                      headers={"Retry-After": "5"}) from None
+    logger.info("job submitted id=%s tenant=%s method=%s", job.id, tenant, spec.method)
+    return JSONResponse(job_out(job).model_dump(mode="json"), status_code=202,
+                        headers={"Location": f"/v1/jobs/{job.id}"})
+
+
+@router.get("", response_model=JobList)
+def list_jobs(
+    session: SessionDep,
+    tenant: CurrentTenant,
+    settings: SettingsDep,
+    status: Annotated[str | None, Query()] = None,
+    page_size: Annotated[int | None, Query()] = None,
+    page_token: Annotated[str | None, Query()] = None,
+) -> JobList:
+    if status is not None and status not in JOB_STATUSES:
+        raise Problem(422, "request_invalid", f"status must be one of {', '.join(JOB_STATUSES)}")
+    size = clamp_page_size(page_size, settings.default_page_size, settings.max_page_size)
+    filters = {"status": status}
+    query = select(Job).where(Job.tenant_id == tenant)
+    if status is not None:
+        query = query.where(Job.status == status)
+    if page_token:
+        created, last_id = decode_token(settings.resolved_secret_key(), page_token, filters)
+        query = query.where(or_(Job.created_at < created, and_(Job.created_at == created, Job.id < last_id)))
+    rows = list(session.execute(query.order_by(Job.created_at.desc(), Job.id.desc()).limit(size + 1)).scalars())
+    page, more = rows[:size], len(rows) > size
+    token = encode_token(settings.resolved_secret_key(), page[-1].created_at, page[-1].id, filters) if more else None
+    samplers = sampler_ids(session, [job.id for job in page])
+    return JobList(jobs=[job_out(job, samplers.get(job.id)) for job in page], next_page_token=token)
+
+
+@router.get("/{job_id}", response_model=JobOut)
+def get_job(job_id: str, session: SessionDep, tenant: CurrentTenant) -> JobOut:
+    job = owned_job(session, tenant, job_id)
+    return job_out(job, sampler_ids(session, [job.id]).get(job.id))
+
+
+@router.get("/{job_id}/metrics", response_model=MetricTrace)
+def get_metrics(
+    job_id: str,
+    session: SessionDep,
+    tenant: CurrentTenant,
+    since_step: Annotated[int | None, Query(ge=0)] = None,
+) -> MetricTrace:
+    owned_job(session, tenant, job_id)
+    query = select(MetricPoint).where(MetricPoint.job_id == job_id)
+    if since_step is not None:
+        query = query.where(MetricPoint.step > since_step)
+    points = session.execute(query.order_by(MetricPoint.step, MetricPoint.id)).scalars()
+    return MetricTrace(
+        job_id=job_id,
+        points=[MetricPointOut(step=p.step, wall_time_s=p.wall_time_s, values=p.values) for p in points],
+    )
+
+
+@router.get(
+    "/{job_id}/particles",
+    responses={200: {"content": {"application/json": {}, "application/x-npy": {}},
+                     "description": "particles [n, d] as JSON (`{particles, shape}`) or a float32 .npy"}},
+)
+def get_particles(job_id: str, request: Request, session: SessionDep, tenant: CurrentTenant,
+                  store: StoreDep) -> Response:
+    job = owned_job(session, tenant, job_id)
+    if job.status != "succeeded":
+        raise Problem(409, "job_not_finished", f"particles exist once the job has succeeded; it is {job.status}")
+    artifact = session.execute(
+        select(Artifact).where(Artifact.job_id == job.id, Artifact.role == "particles")
+    ).scalar_one_or_none()
+    if artifact is None:
+        raise Problem(404, "not_found", "this job stored no particles")
+    return array_response(request, load_npy(store.get(artifact.path)), "particles")
+
+
+@router.post("/{job_id}/cancel", status_code=202, response_model=JobOut)
+def cancel_job(job_id: str, session: SessionDep, tenant: CurrentTenant) -> JobOut:
+    """Idempotent. A queued job is cancelled at once and never starts; a running job stops at its next
+    step boundary (`cancel_requested` is true until the worker confirms with status `cancelled`)."""
+    job = owned_job(session, tenant, job_id)
+    if job.status in ("succeeded", "failed"):
+        raise Problem(409, "job_finished", f"the job already {job.status}; there is nothing to cancel")
+    now = utcnow()
+    session.execute(
+        update(Job).where(Job.id == job.id, Job.status == "queued")
+        .values(status="cancelled", cancel_requested=True, finished_at=now, updated_at=now)
+    )
+    session.execute(
+        update(Job).where(Job.id == job.id, Job.status == "running").values(cancel_requested=True, updated_at=now)
+    )
+    session.commit()
+    session.refresh(job)
+    logger.info("job cancel requested id=%s tenant=%s", job.id, tenant)
+    return job_out(job, sampler_ids(session, [job.id]).get(job.id))
+
+
+@router.delete("/{job_id}", status_code=204)
+def delete_job(job_id: str, session: SessionDep, tenant: CurrentTenant, store: StoreDep) -> Response:
+    job = owned_job(session, tenant, job_id)
+    if job.status not in TERMINAL_STATUSES:
+        raise Problem(409, "job_not_finished", f"only finished jobs can be deleted; this one is {job.status}")
+    paths = list(session.execute(select(Artifact.path).where(
+        or_(Artifact.job_id == job.id, Artifact.sampler_id.in_(select(Sampler.id).where(Sampler.job_id == job.id)))
+    )).scalars())
+    session.execute(delete(Job).where(Job.id == job.id, Job.tenant_id == tenant))
+    session.commit()
+    for path in paths:
+        store.delete_prefix(path)
+    store.delete_prefix(f"jobs/{job.id}")
+    logger.info("job deleted id=%s tenant=%s", job.id, tenant)
+    return Response(status_code=204)

@@ -1,0 +1,229 @@
+"""`parvis` command line: serve (embedded API + worker), api, worker, db upgrade, keys create."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import ipaddress
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+LOOPBACK_NAMES = {"localhost"}
+logger = logging.getLogger("parvis")
+
+
+def is_loopback(host: str) -> bool:
+    if host in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _settings(data_dir: str | None = None):  # noqa: ANN202
+    if data_dir is not None:
+        os.environ["PARVIS_DATA_DIR"] = str(Path(data_dir).expanduser().resolve())
+    from app.data.settings import get_settings
+
+    get_settings.cache_clear()
+    return get_settings()
+
+
+def _terminate_with_parent() -> None:
+    """In the worker child: get SIGTERM if `parvis serve` dies, even by SIGKILL (Linux PR_SET_PDEATHSIG)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
+
+
+class WorkerProcess:
+    """One `python -m workers` child in its own session, restarted if it dies while the API is up."""
+
+    def __init__(self) -> None:
+        self.process: subprocess.Popen | None = None
+        self.stopping = threading.Event()
+        self.watcher = threading.Thread(target=self._watch, name="worker-watch", daemon=True)
+
+    def start(self) -> None:
+        self._spawn()
+        self.watcher.start()
+
+    def _spawn(self) -> None:
+        self.process = subprocess.Popen([sys.executable, "-m", "workers"], start_new_session=True,
+                                        preexec_fn=_terminate_with_parent)
+
+    def _watch(self) -> None:
+        while not self.stopping.wait(1.0):
+            if self.process is not None and self.process.poll() is not None and not self.stopping.is_set():
+                logger.error("worker exited with code %s; restarting it", self.process.returncode)
+                time.sleep(1.0)
+                if not self.stopping.is_set():
+                    self._spawn()
+
+    def stop(self, grace_seconds: float) -> None:
+        """Warm shutdown (the running job checkpoints and is requeued), then kill what is left."""
+        self.stopping.set()
+        process = self.process
+        if process is None or process.poll() is not None:
+            return
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=grace_seconds)
+        except subprocess.TimeoutExpired:
+            logger.warning("worker did not stop within %.0f s; killing it", grace_seconds)
+        try:
+            os.killpg(process.pid, signal.SIGKILL)  # the pool children too
+        except ProcessLookupError:
+            pass
+        process.wait()
+
+
+def _uvicorn_server_class():  # noqa: ANN202 - uvicorn is imported lazily
+    import uvicorn
+
+    class OwnSignalsServer(uvicorn.Server):
+        """uvicorn re-raises SIGINT/SIGTERM after shutting down, which would kill `serve` before it stops the
+        worker; here the signals only ask the server to exit and `serve` finishes its own shutdown."""
+
+        @contextlib.contextmanager
+        def capture_signals(self):  # noqa: ANN202
+            yield
+
+    return OwnSignalsServer
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    if args.auth is not None:
+        os.environ["PARVIS_AUTH_ENABLED"] = "1" if args.auth else "0"
+    settings = _settings(args.data_dir)
+    if not is_loopback(args.host) and not settings.auth_enabled:
+        print(f"refusing to serve on {args.host} without authentication: pass --auth (and create keys with "
+              "`parvis keys create --tenant NAME`) or bind to 127.0.0.1", file=sys.stderr)
+        return 2
+    from app.main import create_app
+    from app.migrate import upgrade
+
+    import uvicorn
+
+    server_class = _uvicorn_server_class()
+    upgrade(settings.database_url)
+    worker = WorkerProcess()
+    worker.start()
+    url = f"http://{args.host if ':' not in args.host else f'[{args.host}]'}:{args.port}"
+    auth = "ON (Authorization: Bearer <key>)" if settings.auth_enabled else "OFF (single user, tenant 'local')"
+    print(f"Parvis serving at {url}  (API docs: {url}/v1/docs)", flush=True)
+    print(f"  authentication: {auth}", flush=True)
+    print(f"  data directory: {settings.data_dir}", flush=True)
+    server = server_class(uvicorn.Config(create_app(settings), host=args.host, port=args.port,
+                                         log_level="info", access_log=False))
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, server.handle_exit)
+    try:
+        server.run()
+    finally:
+        print("stopping worker...", flush=True)
+        worker.stop(settings.worker_shutdown_grace_seconds)
+        print("Parvis stopped.", flush=True)
+    return 0
+
+
+def cmd_api(args: argparse.Namespace) -> int:
+    settings = _settings(args.data_dir)
+    if not is_loopback(args.host) and not settings.auth_enabled:
+        print(f"refusing to serve on {args.host} without authentication (set PARVIS_AUTH_ENABLED=1)", file=sys.stderr)
+        return 2
+    import uvicorn
+
+    from app.main import create_app
+
+    uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level="info", access_log=False)
+    return 0
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    _settings(args.data_dir)
+    os.execv(sys.executable, [sys.executable, "-m", "workers", *args.celery_args])
+    return 0  # pragma: no cover - execv does not return
+
+
+def cmd_db_upgrade(args: argparse.Namespace) -> int:
+    from app.migrate import upgrade
+
+    settings = _settings(args.data_dir)
+    upgrade(settings.database_url, args.revision)
+    print(f"database at revision {args.revision}")
+    return 0
+
+
+def cmd_keys_create(args: argparse.Namespace) -> int:
+    from app.api.auth import create_api_key
+    from app.data.db import make_engine, make_session_factory
+
+    settings = _settings(args.data_dir)
+    engine = make_engine(settings.database_url)
+    with make_session_factory(engine)() as session:
+        key = create_api_key(session, args.tenant, args.name)
+    engine.dispose()
+    print(key)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="parvis", description="Parvis: posterior sampling as a service")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def data_dir(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--data-dir", default=None, help="embedded data directory (default ./parvis-data)")
+
+    serve = sub.add_parser("serve", help="API + one worker, embedded defaults (SQLite, filesystem broker)")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    data_dir(serve)
+    serve.add_argument("--auth", dest="auth", action="store_true", default=None, help="require API keys")
+    serve.add_argument("--no-auth", dest="auth", action="store_false", help="no API keys (loopback only)")
+    serve.set_defaults(func=cmd_serve)
+
+    api = sub.add_parser("api", help="the API alone (cluster deployments)")
+    api.add_argument("--host", default="127.0.0.1")
+    api.add_argument("--port", type=int, default=8000)
+    data_dir(api)
+    api.set_defaults(func=cmd_api)
+
+    worker = sub.add_parser("worker", help="one Celery worker")
+    data_dir(worker)
+    worker.add_argument("celery_args", nargs=argparse.REMAINDER, help="extra arguments for celery worker")
+    worker.set_defaults(func=cmd_worker)
+
+    db = sub.add_parser("db", help="database")
+    db_sub = db.add_subparsers(dest="db_command", required=True)
+    db_upgrade = db_sub.add_parser("upgrade", help="run migrations")
+    db_upgrade.add_argument("revision", nargs="?", default="head")
+    data_dir(db_upgrade)
+    db_upgrade.set_defaults(func=cmd_db_upgrade)
+
+    keys = sub.add_parser("keys", help="API keys")
+    keys_sub = keys.add_subparsers(dest="keys_command", required=True)
+    create = keys_sub.add_parser("create", help="create a key for a tenant (printed once)")
+    create.add_argument("--tenant", required=True)
+    create.add_argument("--name", default=None)
+    data_dir(create)
+    create.set_defaults(func=cmd_keys_create)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    args = build_parser().parse_args(argv)
+    sys.exit(args.func(args))
+
+
+if __name__ == "__main__":
+    main()

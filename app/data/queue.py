@@ -1,0 +1,60 @@
+"""Celery configuration shared by the API (which only sends tasks, by name) and the workers.
+
+Long GPU jobs (notes/service_conventions.md §3): late acks, reject on worker loss, prefetch 1, a broker
+visibility timeout above the longest job, JSON only, no result backend (job state lives in SQL).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Celery
+
+from app.data.settings import Settings
+
+RUN_JOB_TASK = "parvis.run_job"
+
+
+def celery_config(settings: Settings) -> dict[str, Any]:
+    config: dict[str, Any] = {
+        "broker_url": settings.broker_url,
+        "task_acks_late": True,
+        "task_reject_on_worker_lost": True,
+        "worker_prefetch_multiplier": 1,
+        "task_ignore_result": True,
+        "result_backend": None,
+        "task_serializer": "json",
+        "accept_content": ["json"],
+        "task_default_queue": settings.queue,
+        "task_routes": {RUN_JOB_TASK: {"queue": settings.queue}},
+        "broker_connection_retry_on_startup": True,
+        "worker_cancel_long_running_tasks_on_connection_loss": True,
+        "worker_hijack_root_logger": False,
+        "broker_transport_options": {"visibility_timeout": settings.visibility_timeout_seconds},
+    }
+    if settings.embedded_broker:
+        queue_dir = settings.broker_dir / "queue"
+        processed_dir = settings.broker_dir / "processed"
+        for folder in (queue_dir, processed_dir):
+            folder.mkdir(parents=True, exist_ok=True)
+        config["broker_transport_options"] = {
+            "data_folder_in": str(queue_dir),
+            "data_folder_out": str(queue_dir),
+            "processed_folder": str(processed_dir),
+            "store_processed": False,
+            "polling_interval": 0.25,
+        }
+        # The filesystem transport has no broadcast: remote control, gossip and mingle stay off.
+        config["worker_enable_remote_control"] = False
+    return config
+
+
+def make_celery(settings: Settings, main: str = "parvis") -> Celery:
+    app = Celery(main)
+    app.conf.update(celery_config(settings))
+    return app
+
+
+def enqueue_job(celery_app: Celery, settings: Settings, job_id: str) -> None:
+    """Send the run-job task by name: the sender never imports the training code."""
+    celery_app.send_task(RUN_JOB_TASK, args=[job_id], queue=settings.queue)

@@ -1,0 +1,97 @@
+"""All service settings in one pydantic-settings class, read from `PARVIS_*` environment variables.
+
+Embedded default: everything lives under `data_dir` (SQLite file, filesystem broker, artifact folder).
+Cluster: set `PARVIS_DATABASE_URL` (postgresql+psycopg://…), `PARVIS_BROKER_URL` (redis://…) and
+`PARVIS_ARTIFACTS_URL`.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="PARVIS_", extra="ignore")
+
+    data_dir: Path = Path("./parvis-data")
+    database_url: str = ""
+    broker_url: str = ""
+    artifacts_url: str = ""
+
+    auth_enabled: bool = False
+    secret_key: str = Field(default="", description="signs page tokens; default: a file in data_dir")
+
+    # Queues: one name for GPU training jobs (workers on GPU machines consume it).
+    queue: str = "gpu"
+
+    # Caps enforced at submit time.
+    max_particles: int = 100_000
+    max_steps: int = 1_000_000
+    max_dim: int = 1_000_000
+    max_request_bytes: int = 2 * 1024 * 1024
+    max_active_jobs_per_tenant: int = 100
+    max_page_size: int = 1000
+    default_page_size: int = 50
+
+    # Job lifecycle (DESIGN.md "Job lifecycle"; notes/service_conventions.md §3).
+    max_attempts: int = 3
+    lease_seconds: float = 30.0
+    heartbeat_seconds: float = 2.0
+    reaper_interval_seconds: float = 5.0
+    requeue_stale_queued_seconds: float = 600.0
+    progress_interval_seconds: float = 0.5
+    job_time_limit_seconds: int = 7 * 24 * 3600
+    worker_shutdown_grace_seconds: float = 20.0
+
+    @model_validator(mode="after")
+    def _fill_embedded_defaults(self) -> Settings:
+        data_dir = self.data_dir.expanduser().resolve()
+        self.data_dir = data_dir
+        if not self.database_url:
+            self.database_url = f"sqlite:///{data_dir / 'parvis.db'}"
+        if not self.broker_url:
+            self.broker_url = "filesystem://"
+        if not self.artifacts_url:
+            self.artifacts_url = str(data_dir / "artifacts")
+        return self
+
+    @property
+    def embedded_broker(self) -> bool:
+        return self.broker_url.startswith("filesystem://")
+
+    @property
+    def broker_dir(self) -> Path:
+        return self.data_dir / "broker"
+
+    @property
+    def visibility_timeout_seconds(self) -> int:
+        # Above the longest job, so Redis never redelivers a running job's message (celery#5935).
+        return int(self.job_time_limit_seconds + 3600)
+
+    def resolved_secret_key(self) -> str:
+        if self.secret_key:
+            return self.secret_key
+        path = self.data_dir / "secret_key"
+        if not path.exists():
+            import os
+            import secrets
+
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f"secret_key.{os.getpid()}.tmp")
+            tmp.write_text(secrets.token_hex(32))
+            try:
+                os.link(tmp, path)  # atomic create-if-absent: concurrent first starts agree on one key
+            except FileExistsError:
+                pass
+            finally:
+                tmp.unlink()
+        return path.read_text().strip()
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()

@@ -1,0 +1,69 @@
+"""FastAPI application factory. Engines, store and task sender are built in the lifespan, not at import."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+
+from app.api.middleware import BodyLimitMiddleware, RequestIdMiddleware
+from app.api.problems import install_problem_handlers
+from app.api.routes import catalog, health, jobs
+from app.data.db import make_engine, make_session_factory
+from app.data.queue import make_celery
+from app.data.settings import Settings, get_settings
+from app.data.store import make_store
+from inference_core import __version__
+from inference_core.spec import JobSpec
+
+logger = logging.getLogger("parvis.api")
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or get_settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        engine = make_engine(settings.database_url)
+        app.state.settings = settings
+        app.state.engine = engine
+        app.state.session_factory = make_session_factory(engine)
+        app.state.store = make_store(settings.artifacts_url)
+        app.state.celery = make_celery(settings, main="parvis-api")
+        if not settings.auth_enabled:
+            logger.warning("authentication is OFF: every request acts as the single tenant 'local'")
+        yield
+        engine.dispose()
+
+    app = FastAPI(
+        title="Parvis",
+        version=__version__,
+        description="Posterior sampling as a service: particle and generative variational inference.",
+        openapi_url="/v1/openapi.json",
+        docs_url="/v1/docs",
+        redoc_url=None,
+        lifespan=lifespan,
+    )
+    install_problem_handlers(app)
+    app.add_middleware(BodyLimitMiddleware, limit_for=lambda path: settings.max_request_bytes)
+    app.add_middleware(RequestIdMiddleware)
+    for module in (health, catalog, jobs):
+        app.include_router(module.router)
+    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
+    return app
+
+
+def _openapi(app: FastAPI) -> dict:
+    """The generated spec, plus JobSpec (the submit body is parsed by hand to give precise error codes)."""
+    if app.openapi_schema is None:
+        schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        spec_schema = JobSpec.model_json_schema(ref_template="#/components/schemas/{model}")
+        components.update(spec_schema.pop("$defs", {}))
+        components["JobSpec"] = spec_schema
+        schema["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
+        app.openapi_schema = schema
+    return app.openapi_schema

@@ -1,0 +1,124 @@
+"""The one method interface (DESIGN.md, "methods/"): build from (target, options, seed), `step()` returning
+metrics, `state_dict()`/`load_state_dict()` for checkpoints, `particles()`, and `sampler()` for generative
+methods. Nothing lives on `self` that `state_dict` does not hold, so a resumed run continues bit-identically.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from inference_core import errors
+from inference_core.methods.optim import build_optimizer
+from inference_core.schemas.methods import ParticleMethodOptions
+from inference_core.seeding import derive_seed, per_particle_normal
+from inference_core.targets.base import Target
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+class Method:
+    """Base of every inference method."""
+
+    name = "method"
+
+    def __init__(self, target: Target, options: Any, num_particles: int, seed: int, device: torch.device):
+        self.target = target
+        self.options = options
+        self.num_particles = num_particles
+        self.seed = seed
+        self.device = device
+        self.step_count = 0
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return DTYPES[getattr(self.options, "dtype", "float32")]
+
+    def step(self) -> dict[str, float]:
+        raise NotImplementedError
+
+    def particles(self) -> Tensor:
+        raise NotImplementedError
+
+    def sampler(self) -> Any | None:
+        return None
+
+    def state_dict(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+
+class ParticleMethod(Method):
+    """A set of n particles moved along a direction φ computed without a graph and applied by a torch
+    optimiser (the surrogate-loss pattern: the gradient of −Σ φ.detach()·x is −φ, written straight to .grad).
+
+    Subclasses implement `direction(x, batch) -> (φ, info)` where φ is an ascent direction [n, d].
+    """
+
+    options: ParticleMethodOptions
+
+    def __init__(self, target: Target, options: ParticleMethodOptions, num_particles: int, seed: int,
+                 device: torch.device):
+        super().__init__(target, options, num_particles, seed, device)
+        init = options.init
+        loc = torch.as_tensor(init.loc, dtype=torch.float64)
+        if loc.ndim == 1 and loc.shape[0] != target.dim:
+            raise errors.MethodOptionsInvalid(
+                f"options.init.loc has length {loc.shape[0]}, the target has dimension {target.dim}",
+                loc=("options", "init", "loc"),
+            )
+        start = loc + init.scale * per_particle_normal(seed, num_particles, target.dim, torch.float64)
+        self.x = start.to(device=device, dtype=self.dtype).requires_grad_(True)
+        self.optimizer = build_optimizer([self.x], options.optimizer)
+        # One generator for every random choice a method makes (minibatches, subsets): part of the state.
+        self.generator = torch.Generator(device="cpu")
+        self.generator.manual_seed(derive_seed(seed, 1))
+
+    def direction(self, x: Tensor, batch: object | None) -> tuple[Tensor, dict[str, float]]:
+        raise NotImplementedError
+
+    def step(self) -> dict[str, float]:
+        started = time.perf_counter()
+        batch = self.target.sample_batch(self.generator)
+        with torch.no_grad():
+            phi, info = self.direction(self.x.detach(), batch)
+        if not torch.isfinite(phi).all():
+            raise errors.Diverged(f"the update direction became non-finite at step {self.step_count + 1}")
+        self.optimizer.zero_grad(set_to_none=False)
+        self.x.grad = -phi
+        self.optimizer.step()
+        self.step_count += 1
+        force = float(phi.square().sum(-1).mean().sqrt())
+        return {"step_time_s": time.perf_counter() - started, "stein_force_norm": force, **info}
+
+    def particles(self) -> Tensor:
+        return self.x.detach()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "step": self.step_count,
+            "particles": self.x.detach().clone(),
+            "optimizer": self.optimizer.state_dict(),
+            "generator": self.generator.get_state(),
+            **self.extra_state(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        with torch.no_grad():
+            self.x.copy_(state["particles"].to(self.x))
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.generator.set_state(state["generator"])
+        self.step_count = int(state["step"])
+        self.load_extra_state(state)
+
+    def extra_state(self) -> dict[str, Any]:
+        """Method-specific state (e.g. a running-average bandwidth)."""
+        return {}
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        return None

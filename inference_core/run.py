@@ -1,0 +1,137 @@
+"""The only training loop (DESIGN.md): spec → target + method → steps, with hooks for the service.
+
+`run(spec)` works in a notebook with no hooks at all. The worker passes `RunHooks` to report progress and
+metrics, checkpoint, and stop on cancel/preemption between steps, and `resume_state` to continue from a
+checkpoint.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from inference_core import errors
+from inference_core.catalog import METHODS, resolve
+from inference_core.methods.base import DTYPES, Method
+from inference_core.metrics.moments import cov_error_relative, mean_error
+from inference_core.spec import JobSpec, Limits, validate_job_spec
+from inference_core.targets import BuildContext, build_target
+
+
+class RunHooks:
+    """Callbacks from the run loop; every default does nothing."""
+
+    def on_start(self, method: Method, total_steps: int) -> None: ...
+
+    def on_step(self, step: int, total_steps: int, metrics: dict[str, float]) -> None: ...
+
+    def on_metrics(self, step: int, metrics: dict[str, float]) -> None: ...
+
+    def save_checkpoint(self, step: int, state: dict[str, Any]) -> None: ...
+
+    def should_stop(self) -> str | None:
+        """Return a reason ("cancelled", "preempted", ...) to stop before the next step."""
+        return None
+
+
+@dataclass
+class RunResult:
+    method: Method
+    steps_completed: int
+    stopped: str | None
+    final_metrics: dict[str, float] = field(default_factory=dict)
+    wall_time_s: float = 0.0
+
+    @property
+    def particles(self) -> Tensor:
+        return self.method.particles()
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "cuda" or (name == "auto" and torch.cuda.is_available()):
+        if not torch.cuda.is_available():
+            raise errors.DeviceUnavailable("device 'cuda' was asked for but no CUDA device is available")
+        return torch.device("cuda")
+    return torch.device("cpu")
+
+
+def build_method(spec: JobSpec, context: BuildContext | None = None) -> Method:
+    """Validated spec → target + method, and the fail-fast finiteness check at the initial particles."""
+    device = resolve_device(spec.device)
+    method_info = METHODS[spec.method]
+    options = method_info.schema.model_validate(spec.options)
+    dtype = DTYPES[getattr(options, "dtype", "float32")]
+    base = context or BuildContext()
+    target = build_target(spec.target, BuildContext(dtype=dtype, device=device, load_dataset=base.load_dataset))
+    method = resolve(method_info.builder)(target, options, spec.num_particles, spec.seed, device)
+    check_target_finite(method)
+    return method
+
+
+def check_target_finite(method: Method) -> None:
+    """Evaluate log p and its score at the initial particles; non-finite values fail the job at once."""
+    x = method.particles()
+    batch = method.target.sample_batch(torch.Generator().manual_seed(0))
+    log_p = method.target.log_prob(x, batch)
+    score = method.target.score(x, batch)
+    bad_lp = int((~torch.isfinite(log_p)).sum())
+    bad_score = int((~torch.isfinite(score).all(-1)).sum())
+    if bad_lp or bad_score:
+        raise errors.TargetNonFinite(
+            f"the target is not finite at the initial particles: log-density non-finite at {bad_lp} and "
+            f"score non-finite at {bad_score} of {x.shape[0]} particles"
+        )
+
+
+def evaluate(method: Method) -> dict[str, float]:
+    """Diagnostics against the target's exact reference, where it has one."""
+    reference = method.target.reference()
+    if reference is None:
+        return {}
+    x = method.particles()
+    metrics: dict[str, float] = {}
+    if reference.mean is not None:
+        metrics["mean_error"] = mean_error(x, reference.mean)
+    if reference.cov is not None:
+        metrics["cov_error_rel"] = cov_error_relative(x, reference.cov)
+    return metrics
+
+
+def run(
+    spec: dict[str, Any] | JobSpec,
+    *,
+    hooks: RunHooks | None = None,
+    resume_state: dict[str, Any] | None = None,
+    context: BuildContext | None = None,
+    limits: Limits | None = None,
+) -> RunResult:
+    """Train from a JobSpec; returns when all steps are done or a hook asks to stop."""
+    raw = spec.model_dump(mode="json") if isinstance(spec, JobSpec) else spec
+    job = validate_job_spec(raw, limits)
+    hooks = hooks or RunHooks()
+    method = build_method(job, context)
+    if resume_state is not None:
+        method.load_state_dict(resume_state)
+    started = time.perf_counter()
+    hooks.on_start(method, job.steps)
+    stopped: str | None = None
+    eval_every = job.eval.every
+    while method.step_count < job.steps:
+        stopped = hooks.should_stop()
+        if stopped:
+            break
+        metrics = method.step()
+        step = method.step_count
+        if eval_every and step % eval_every == 0:
+            metrics.update(evaluate(method))
+        hooks.on_step(step, job.steps, metrics)
+        if step % job.metrics_interval == 0 or step == job.steps:
+            hooks.on_metrics(step, metrics)
+        if step % job.checkpoint_interval == 0 and step < job.steps:
+            hooks.save_checkpoint(step, method.state_dict())
+    final = evaluate(method) if stopped is None else {}
+    return RunResult(method, method.step_count, stopped, final, time.perf_counter() - started)

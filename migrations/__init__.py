@@ -1,0 +1,1 @@
+"""Alembic migrations (a package so `parvis db upgrade` finds them in an installed distribution)."""

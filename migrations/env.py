@@ -1,0 +1,49 @@
+"""Alembic environment: URL from Parvis settings unless the caller set one; batch mode on SQLite."""
+
+from __future__ import annotations
+
+from alembic import context
+
+from app.data.db import make_engine
+from app.data.models import Base
+from app.data.settings import get_settings
+
+config = context.config
+target_metadata = Base.metadata
+
+
+def _url() -> str:
+    return config.attributes.get("database_url") or get_settings().database_url
+
+
+def run_migrations_offline() -> None:
+    url = _url()
+    context.configure(
+        url=url,
+        target_metadata=target_metadata,
+        literal_binds=True,
+        render_as_batch=url.startswith("sqlite"),
+        compare_type=True,
+    )
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def run_migrations_online() -> None:
+    engine = make_engine(_url())
+    with engine.connect() as connection:
+        context.configure(
+            connection=connection,
+            target_metadata=target_metadata,
+            render_as_batch=connection.dialect.name == "sqlite",
+            compare_type=True,
+        )
+        with context.begin_transaction():
+            context.run_migrations()
+    engine.dispose()
+
+
+if context.is_offline_mode():
+    run_migrations_offline()
+else:
+    run_migrations_online()

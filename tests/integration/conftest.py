@@ -1,0 +1,44 @@
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.stack import Stack
+
+MODES = ["embedded", "cluster"]
+
+
+@pytest.fixture
+def make_stack(tmp_path: Path) -> Iterator[Callable[..., Stack]]:
+    """Function-scoped stacks (for tests that kill workers); started stacks are stopped afterwards."""
+    stacks: list[Stack] = []
+
+    def factory(mode: str, **extra_env: str) -> Stack:
+        stack = Stack(mode, tmp_path / f"{mode}-{len(stacks)}", extra_env)
+        stacks.append(stack)
+        stack.migrate()
+        stack.start_api()
+        return stack
+
+    yield factory
+    for stack in stacks:
+        stack.stop()
+
+
+@pytest.fixture(scope="module", params=MODES)
+def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """One running deployment (API + one worker) per mode, shared by a module's tests."""
+    mode = request.param
+    service = Stack(mode, tmp_path_factory.mktemp(mode))
+    try:
+        service.migrate()
+        service.start_api()
+        service.start_worker()
+        yield service
+    except BaseException:
+        print(service.log_tail())
+        raise
+    finally:
+        service.stop()

@@ -1,0 +1,1 @@
+"""Celery workers: claim a job, build target + method from its spec, run, checkpoint, store."""

@@ -1,0 +1,258 @@
+"""Run one job: claim it, resume from its checkpoint, heartbeat, report, checkpoint, store the result.
+
+Every write is fenced by the lease (app.data.jobs): if the reaper has handed the job to another worker,
+this one stops at the next step boundary without writing anything.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import math
+import os
+import socket
+import threading
+import time
+import uuid
+from typing import Any
+
+import numpy as np
+
+from app.data import jobs as job_state
+from app.data.jobs import Lease, new_id
+from app.data.models import Artifact, Job
+from app.data.queue import enqueue_job
+from inference_core import errors
+from inference_core.methods.base import Method
+from inference_core.run import RunHooks, RunResult, run
+from inference_core.serialization import state_from_bytes, state_to_bytes
+from workers.context import WorkerContext, worker_context
+
+logger = logging.getLogger("parvis.worker")
+
+# Set by the worker's SIGTERM handling: the running job checkpoints and goes back to the queue.
+PREEMPT = threading.Event()
+
+
+def clean_metrics(metrics: dict[str, Any]) -> dict[str, float | None]:
+    """JSON-safe metrics: floats only, NaN/inf as null."""
+    out: dict[str, float | None] = {}
+    for name, value in metrics.items():
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            continue
+        out[name] = number if math.isfinite(number) else None
+    return out
+
+
+def checkpoint_key(job_id: str) -> str:
+    return f"jobs/{job_id}/checkpoint.safetensors"
+
+
+class Heartbeat(threading.Thread):
+    """Renews the lease every `heartbeat_seconds` and picks up cancel requests."""
+
+    def __init__(self, context: WorkerContext, lease: Lease):
+        super().__init__(name=f"heartbeat-{lease.job_id}", daemon=True)
+        self.context = context
+        self.lease = lease
+        self.lost = threading.Event()
+        self.cancel = threading.Event()
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        settings = self.context.settings
+        while not self.stopped.wait(settings.heartbeat_seconds):
+            try:
+                with self.context.sessions() as session:
+                    ours, cancel = job_state.renew_lease(session, self.lease, settings.lease_seconds)
+            except Exception:  # noqa: BLE001 - a DB blip is retried next beat; the lease has slack
+                logger.warning("heartbeat failed for %s", self.lease.job_id, exc_info=True)
+                continue
+            if cancel:
+                self.cancel.set()
+            if not ours:
+                self.lost.set()
+                return
+
+    def stop(self) -> None:
+        self.stopped.set()
+
+
+class ServiceHooks(RunHooks):
+    """Connects the run loop to the database: throttled progress, metric points, checkpoints, stop flags."""
+
+    def __init__(self, context: WorkerContext, lease: Lease, job: Job, heartbeat: Heartbeat):
+        self.context = context
+        self.lease = lease
+        self.tenant_id = job.tenant_id
+        self.job_started = job.started_at
+        self.heartbeat = heartbeat
+        self.pending_points: list[tuple[int, float, dict[str, Any]]] = []
+        self.latest: dict[str, float | None] = {}
+        self.last_write = 0.0
+        self.attempt_started = time.monotonic()
+        self.total_steps = int(job.spec["steps"])
+        self.first_step = 0
+        self.last_step = 0
+
+    # -- stop flags ---------------------------------------------------------------------------------
+    def should_stop(self) -> str | None:
+        if self.heartbeat.lost.is_set():
+            return "lease_lost"
+        if self.heartbeat.cancel.is_set():
+            return "cancelled"
+        if PREEMPT.is_set():
+            return "preempted"
+        return None
+
+    # -- progress and metrics -------------------------------------------------------------------------
+    def on_start(self, method: Method, total_steps: int) -> None:
+        self.first_step = self.last_step = method.step_count
+
+    def _wall_time(self) -> float:
+        return (job_state.utcnow() - self.job_started).total_seconds() if self.job_started else 0.0
+
+    def progress(self, step: int) -> dict[str, Any]:
+        total = self.total_steps
+        done = step - self.first_step
+        elapsed = time.monotonic() - self.attempt_started
+        eta = elapsed / done * (total - step) if done > 0 else None
+        return {"step": step, "total_steps": total, "fraction": step / total if total else 1.0, "eta_s": eta}
+
+    def on_step(self, step: int, total_steps: int, metrics: dict[str, float]) -> None:
+        self.last_step = step
+        self.latest.update(clean_metrics(metrics))
+        now = time.monotonic()
+        if now - self.last_write >= self.context.settings.progress_interval_seconds:
+            self.flush(self.progress(step))
+            self.last_write = now
+
+    def on_metrics(self, step: int, metrics: dict[str, float]) -> None:
+        self.pending_points.append((step, self._wall_time(), clean_metrics(metrics)))
+
+    def flush(self, progress: dict[str, Any]) -> None:
+        with self.context.sessions() as session:
+            ok = job_state.record_progress(session, self.lease, progress, dict(self.latest), self.pending_points,
+                                           self.tenant_id)
+        self.pending_points = []
+        if not ok:
+            self.heartbeat.lost.set()
+
+    # -- checkpoints ------------------------------------------------------------------------------------
+    def save_checkpoint(self, step: int, state: dict[str, Any]) -> None:
+        blob = self.context.store.put(checkpoint_key(self.lease.job_id), state_to_bytes(state))
+        self.flush(self.progress(step))
+        with self.context.sessions() as session:
+            if job_state.record_checkpoint(session, self.lease, step):
+                upsert_artifact(session, self.lease.job_id, self.tenant_id, "checkpoint", blob,
+                                "application/vnd.parvis.checkpoint+safetensors")
+            else:
+                self.heartbeat.lost.set()
+
+
+def upsert_artifact(session: Any, job_id: str, tenant_id: str, role: str, blob: Any, media_type: str) -> None:
+    from sqlalchemy import delete
+
+    session.execute(delete(Artifact).where(Artifact.job_id == job_id, Artifact.role == role))
+    session.add(Artifact(id=new_id("art"), tenant_id=tenant_id, job_id=job_id, role=role, path=blob.key,
+                         sha256=blob.sha256, size_bytes=blob.size_bytes, media_type=media_type))
+    session.commit()
+
+
+def _npy(array: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, np.ascontiguousarray(array, dtype=np.float32), allow_pickle=False)
+    return buffer.getvalue()
+
+
+def run_job_by_id(job_id: str) -> None:
+    context = worker_context()
+    owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    with context.sessions() as session:
+        lease = job_state.claim_job(session, job_id, owner, context.settings.lease_seconds)
+        if lease is None:
+            logger.info("job %s not claimable (taken, finished or cancelled); skipping", job_id)
+            return
+        job = session.get(Job, job_id)
+        session.expunge(job)
+    logger.info("job %s claimed (attempt %d) by %s", job_id, lease.attempt, owner)
+    JobExecution(context, lease, job).execute()
+
+
+class JobExecution:
+    def __init__(self, context: WorkerContext, lease: Lease, job: Job):
+        self.context = context
+        self.lease = lease
+        self.job = job
+
+    def _load_checkpoint(self) -> dict[str, Any] | None:
+        if self.job.checkpoint_step is None:
+            return None
+        try:
+            return state_from_bytes(self.context.store.get(checkpoint_key(self.job.id)))
+        except Exception:  # noqa: BLE001 - a missing or damaged checkpoint means starting over, not failing
+            logger.warning("job %s: checkpoint unreadable, starting from step 0", self.job.id, exc_info=True)
+            return None
+
+    def execute(self) -> None:
+        resume = self._load_checkpoint()
+        resumed_from = int(resume["step"]) if resume is not None else None
+        with self.context.sessions() as session:
+            if not job_state.start_attempt(session, self.lease, resumed_from):
+                return
+        heartbeat = Heartbeat(self.context, self.lease)
+        hooks = ServiceHooks(self.context, self.lease, self.job, heartbeat)
+        heartbeat.start()
+        try:
+            result = run(self.job.spec, hooks=hooks, resume_state=resume)
+        except errors.InferenceError as exc:
+            logger.info("job %s failed: %s: %s", self.job.id, exc.code, exc.detail)
+            self._finish(hooks, "failed", error=(exc.code, exc.detail))
+            return
+        except Exception:  # noqa: BLE001 - never crash the worker; the job records a generic failure
+            logger.exception("job %s: unexpected error", self.job.id)
+            self._finish(hooks, "failed", error=("internal_error",
+                                                 "the worker hit an unexpected error while running this job"))
+            return
+        finally:
+            heartbeat.stop()
+        self._conclude(hooks, result)
+
+    def _conclude(self, hooks: ServiceHooks, result: RunResult) -> None:
+        if result.stopped == "lease_lost":
+            logger.warning("job %s: lease lost; another worker owns it now, exiting without writes", self.job.id)
+        elif result.stopped == "cancelled":
+            self._finish(hooks, "cancelled")
+        elif result.stopped == "preempted":
+            hooks.save_checkpoint(result.steps_completed, result.method.state_dict())
+            with self.context.sessions() as session:
+                released = job_state.release_job(session, self.lease)
+            if released:
+                enqueue_job(self.context.sender, self.context.settings, self.job.id)
+                logger.info("job %s preempted at step %d and requeued", self.job.id, result.steps_completed)
+        else:
+            particles = result.particles.detach().cpu().numpy()
+            blob = self.context.store.put(f"jobs/{self.job.id}/particles.npy", _npy(particles))
+            artifact = Artifact(id=new_id("art"), tenant_id=self.job.tenant_id, job_id=self.job.id,
+                                role="particles", path=blob.key, sha256=blob.sha256, size_bytes=blob.size_bytes,
+                                media_type="application/x-npy")
+            hooks.latest.update(clean_metrics(result.final_metrics))
+            self._finish(hooks, "succeeded", artifacts=[artifact])
+
+    def _finish(self, hooks: ServiceHooks, status: str, *, error: tuple[str, str] | None = None,
+                artifacts: list[Artifact] = ()) -> None:  # type: ignore[assignment]
+        progress = hooks.progress(hooks.total_steps if status == "succeeded" else hooks.last_step)
+        progress["eta_s"] = 0.0 if status == "succeeded" else None
+        with self.context.sessions() as session:
+            if hooks.pending_points:
+                job_state.record_progress(session, self.lease, progress, dict(hooks.latest), hooks.pending_points,
+                                          self.job.tenant_id)
+                hooks.pending_points = []
+            done = job_state.finish_job(session, self.lease, status, progress=progress, metrics=dict(hooks.latest),
+                                        error=error, artifacts=list(artifacts))
+        if done:
+            logger.info("job %s %s", self.job.id, status)
+        else:
+            logger.warning("job %s: could not record %s (lease lost)", self.job.id, status)

@@ -1,0 +1,62 @@
+"""Celery signal wiring: maintenance in the main process, per-child set-up, and preemption on shutdown.
+
+On a warm shutdown (SIGTERM) the main process asks the pool children to preempt: the running job saves a
+checkpoint at its next step boundary and goes back to the queue, instead of holding shutdown for hours.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+from typing import Any
+
+import psutil
+from celery.signals import worker_process_init, worker_ready, worker_shutdown, worker_shutting_down
+
+from app.data.settings import get_settings
+from workers.context import reset_worker_context
+from workers.maintenance import Maintenance
+
+logger = logging.getLogger("parvis.worker")
+PREEMPT_SIGNAL = signal.SIGUSR2  # SIGUSR1 is Celery's soft-time-limit signal in pool children
+_maintenance: Maintenance | None = None
+
+
+@worker_ready.connect
+def _start_maintenance(sender: Any = None, **_: Any) -> None:
+    global _maintenance
+    _maintenance = Maintenance(get_settings(), worker_name=str(sender.hostname))
+    _maintenance.start()
+    logger.info("worker %s ready", sender.hostname)
+
+
+@worker_process_init.connect
+def _init_child(**_: Any) -> None:
+    reset_worker_context()
+
+    def _preempt(_signum: int, _frame: Any) -> None:
+        from workers.runner import PREEMPT
+
+        PREEMPT.set()
+
+    signal.signal(PREEMPT_SIGNAL, _preempt)
+    import inference_core.run  # noqa: F401 - load torch here, in the child, before the first job arrives
+
+
+@worker_shutting_down.connect
+def _preempt_running_jobs(**_: Any) -> None:
+    from workers.runner import PREEMPT
+
+    PREEMPT.set()  # solo/threads pools run the job in this process
+    for child in psutil.Process(os.getpid()).children():
+        try:
+            os.kill(child.pid, PREEMPT_SIGNAL)
+        except ProcessLookupError:
+            pass
+
+
+@worker_shutdown.connect
+def _stop_maintenance(**_: Any) -> None:
+    if _maintenance is not None:
+        _maintenance.stop()
