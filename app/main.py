@@ -64,6 +64,9 @@ def _openapi(app: FastAPI) -> dict:
         spec_schema = JobSpec.model_json_schema(ref_template="#/components/schemas/{model}")
         components.update(spec_schema.pop("$defs", {}))
         components["JobSpec"] = spec_schema
+        submit = schema["paths"]["/v1/jobs"]["post"]
+        submit["requestBody"] = {"required": True, "content": {"application/json": {
+            "schema": {"$ref": "#/components/schemas/JobSpec"}}}}
         schema["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
         app.openapi_schema = schema
     return app.openapi_schema

@@ -19,7 +19,7 @@ def derive_seed(seed: int, *stream: int) -> int:
     """A 63-bit seed for sub-stream `stream` of `seed` (e.g. particle i, or the minibatch stream)."""
     value = splitmix64(seed)
     for part in stream:
-        value = splitmix64(value ^ splitmix64(part))
+        value = splitmix64(splitmix64(value) ^ part)  # chained, so (1, 2) and (2, 1) differ
     return value & ((1 << 63) - 1)
 
 

@@ -6,9 +6,12 @@ checkpoint at its next step boundary and goes back to the queue, instead of hold
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 import psutil
@@ -34,14 +37,24 @@ def _start_maintenance(sender: Any = None, **_: Any) -> None:
 @worker_process_init.connect
 def _init_child(**_: Any) -> None:
     reset_worker_context()
-
-    def _preempt(_signum: int, _frame: Any) -> None:
-        from workers.runner import PREEMPT
-
-        PREEMPT.set()
-
-    signal.signal(PREEMPT_SIGNAL, _preempt)
+    signal.signal(PREEMPT_SIGNAL, signal.SIG_IGN)  # an idle child has nothing to preempt
     import inference_core.run  # noqa: F401 - load torch here, in the child, before the first job arrives
+
+
+@contextlib.contextmanager
+def preemptible() -> Iterator[None]:
+    """While a job runs in a pool child, PREEMPT_SIGNAL sets the preempt flag. Installed per task: billiard
+    resets the children's signal handlers after `worker_process_init`."""
+    from workers.runner import PREEMPT
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(PREEMPT_SIGNAL, lambda _signum, _frame: PREEMPT.set())
+    try:
+        yield
+    finally:
+        signal.signal(PREEMPT_SIGNAL, previous)
 
 
 @worker_shutting_down.connect

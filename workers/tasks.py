@@ -9,5 +9,7 @@ from workers.celery_app import app
 @app.task(name="parvis.run_job", ignore_result=True)
 def run_job(job_id: str) -> None:
     from workers.runner import run_job_by_id
+    from workers.signals import preemptible
 
-    run_job_by_id(job_id)
+    with preemptible():
+        run_job_by_id(job_id)

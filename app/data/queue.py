@@ -35,12 +35,14 @@ def celery_config(settings: Settings) -> dict[str, Any]:
     if settings.embedded_broker:
         queue_dir = settings.broker_dir / "queue"
         processed_dir = settings.broker_dir / "processed"
-        for folder in (queue_dir, processed_dir):
+        control_dir = settings.broker_dir / "control"
+        for folder in (queue_dir, processed_dir, control_dir):
             folder.mkdir(parents=True, exist_ok=True)
         config["broker_transport_options"] = {
             "data_folder_in": str(queue_dir),
             "data_folder_out": str(queue_dir),
             "processed_folder": str(processed_dir),
+            "control_folder": str(control_dir),  # kombu's default is relative to the current directory
             "store_processed": False,
             "polling_interval": 0.25,
         }

@@ -84,8 +84,6 @@ def _replay(job: Job, fingerprint: str, session: Session) -> JSONResponse:
     status_code=202,
     response_model=JobOut,
     responses={200: {"model": JobOut, "description": "idempotent replay"}},
-    openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
-        "schema": {"$ref": "#/components/schemas/JobSpec"}}}}},
 )
 def submit_job(
     body: Annotated[Any, Body()],

@@ -1,0 +1,52 @@
+"""DESIGN.md layering: inference_core imports no web, queue or database code; the API never loads torch."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import inference_core
+
+FORBIDDEN = {"fastapi", "starlette", "celery", "kombu", "sqlalchemy", "alembic", "redis", "psycopg", "uvicorn",
+             "app", "workers", "httpx"}
+ROOT = Path(inference_core.__file__).parent
+
+
+def test_inference_core_sources_import_nothing_forbidden() -> None:
+    offenders = []
+    for path in ROOT.rglob("*.py"):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in ast.walk(tree):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            offenders += [f"{path.relative_to(ROOT)}: {n}" for n in names if n.split(".")[0] in FORBIDDEN]
+    assert offenders == []
+
+
+def _modules_after(code: str) -> set[str]:
+    out = subprocess.run([sys.executable, "-c", f"{code}\nimport sys\nprint('\\n'.join(sys.modules))"],
+                         check=True, capture_output=True, text=True)
+    return {name.split(".")[0] for name in out.stdout.split()}
+
+
+def test_importing_the_training_loop_loads_no_service_code() -> None:
+    loaded = _modules_after("import inference_core.run, inference_core.methods.svgd, inference_core.kernels")
+    assert "torch" in loaded
+    assert loaded & FORBIDDEN == set()
+
+
+def test_the_api_process_does_not_import_torch() -> None:
+    loaded = _modules_after(
+        "from app.main import create_app\nfrom fastapi.testclient import TestClient\n"
+        "import tempfile\nfrom app.data.settings import Settings\n"
+        "d = tempfile.mkdtemp()\nfrom app.migrate import upgrade\ns = Settings(data_dir=d)\nupgrade(s.database_url)\n"
+        "c = TestClient(create_app(s)).__enter__()\n"
+        "c.post('/v1/jobs', json={'method': 'svgd', 'target': {'kind': 'gaussian', 'mean': [0], 'cov': [[1]]}})\n"
+        "c.get('/v1/methods'); c.get('/v1/jobs')"
+    )
+    assert "fastapi" in loaded and "torch" not in loaded
