@@ -4,6 +4,7 @@ Redis) mode: SVGD on a correlated Gaussian, cancellation, and recovery from a ki
 from __future__ import annotations
 
 import io
+import json
 import time
 
 import numpy as np
@@ -54,6 +55,7 @@ def test_svgd_fits_a_correlated_gaussian(stack: Stack) -> None:
     assert job["progress"] == {"step": 1500, "total_steps": 1500, "fraction": 1.0, "eta_s": 0.0}
     assert job["started_at"] and job["finished_at"]
     assert steps_seen == sorted(steps_seen), "progress went backwards"
+    assert len(set(steps_seen)) >= 2, "progress did not visibly advance while running"
 
     particles = np.asarray(stack.client.get(f"/v1/jobs/{job_id}/particles").json()["particles"])
     assert particles.shape == (200, 2)
@@ -106,6 +108,22 @@ def test_cancel_running_job_then_worker_takes_the_next(stack: Stack) -> None:
     # Finished jobs can be deleted, and are gone afterwards.
     assert stack.client.delete(f"/v1/jobs/{short_job}").status_code == 204
     assert stack.client.get(f"/v1/jobs/{short_job}").status_code == 404
+
+
+def test_events_stream_follows_a_job_to_its_end(stack: Stack) -> None:
+    job_id = stack.submit(gaussian_spec(steps=1500)).json()["id"]
+    events = []
+    with stack.client.stream("GET", f"/v1/jobs/{job_id}/events", params={"poll_seconds": 0.1}) as response:
+        assert response.headers["content-type"].startswith("text/event-stream")
+        for line in response.iter_lines():
+            if line.startswith("data: "):
+                events.append(json.loads(line[6:]))
+    statuses = [e["status"] for e in events]
+    assert statuses[-1] == "succeeded"
+    assert "running" in statuses
+    steps = [e["progress"]["step"] for e in events]
+    assert steps == sorted(steps) and len(set(steps)) >= 3
+    assert stack.client.get("/v1/jobs/job_missing/events").status_code == 404
 
 
 def test_cancel_queued_job_never_starts(stack: Stack) -> None:
