@@ -78,10 +78,8 @@ class WorkerProcess:
             process.wait(timeout=grace_seconds)
         except subprocess.TimeoutExpired:
             logger.warning("worker did not stop within %.0f s; killing it", grace_seconds)
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)  # the pool children too
-        except ProcessLookupError:
-            pass
         process.wait()
 
 
@@ -107,10 +105,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"refusing to serve on {args.host} without authentication: pass --auth (and create keys with "
               "`parvis keys create --tenant NAME`) or bind to 127.0.0.1", file=sys.stderr)
         return 2
+    import uvicorn
+
     from app.main import create_app
     from app.migrate import upgrade
-
-    import uvicorn
 
     server_class = _uvicorn_server_class()
     upgrade(settings.database_url)

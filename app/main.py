@@ -11,7 +11,7 @@ from fastapi.openapi.utils import get_openapi
 
 from app.api.middleware import BodyLimitMiddleware, RequestIdMiddleware
 from app.api.problems import install_problem_handlers
-from app.api.routes import catalog, events, health, jobs
+from app.api.routes import catalog, datasets, events, health, jobs, targets
 from app.data.db import make_engine, make_session_factory
 from app.data.queue import make_celery
 from app.data.settings import Settings, get_settings
@@ -48,9 +48,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     install_problem_handlers(app)
-    app.add_middleware(BodyLimitMiddleware, limit_for=lambda path: settings.max_request_bytes)
+    app.add_middleware(BodyLimitMiddleware, limit_for=lambda path: settings.max_dataset_bytes
+                       if path.rstrip("/") == "/v1/datasets" else settings.max_request_bytes)
     app.add_middleware(RequestIdMiddleware)
-    for module in (health, catalog, jobs, events):
+    for module in (health, catalog, targets, jobs, events, datasets):
         app.include_router(module.router)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app

@@ -12,7 +12,7 @@ __version__ = "0.1.0"
 
 
 def run(spec: Any, **kwargs: Any) -> Any:
-    """Train from a JobSpec dict; see `inference_core.run.run` (imported lazily: it loads torch)."""
-    from inference_core.run import run as _run
+    """Train from a JobSpec dict; see `inference_core.training.run` (imported lazily: it loads torch)."""
+    from inference_core.training import run as _run
 
     return _run(spec, **kwargs)

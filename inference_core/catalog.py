@@ -13,6 +13,12 @@ from typing import Any
 from pydantic import BaseModel
 
 from inference_core.schemas.methods import SVGDOptions
+from inference_core.schemas.models import (
+    BayesianLinearRegressionSpec,
+    BayesianLogisticRegressionSpec,
+    BNNSpec,
+    FunctionPosteriorSpec,
+)
 from inference_core.schemas.targets import (
     BananaTargetSpec,
     EnergyTargetSpec,
@@ -88,10 +94,43 @@ TARGET_KINDS: dict[str, TargetKind] = {
             summary="Log-density written in the safe expression language, compiled to torch (never eval'd).",
             has_reference=False,
         ),
+        TargetKind(
+            name="bayesian_linear_regression",
+            schema=BayesianLinearRegressionSpec,
+            builder="inference_core.targets.models.linear_regression:build",
+            summary="y = Xw + N(0, noise_std²), w ~ N(0, prior_std² I) or flat; closed-form Gaussian posterior.",
+            has_reference=True,
+        ),
+        TargetKind(
+            name="bayesian_logistic_regression",
+            schema=BayesianLogisticRegressionSpec,
+            builder="inference_core.targets.models.logistic_regression:build",
+            summary="Logistic regression with the SVGD paper's Gamma prior on the weight precision (θ = [w, log α]) "
+            "or a fixed prior_std; minibatch option.",
+            has_reference=False,
+        ),
+        TargetKind(
+            name="bnn",
+            schema=BNNSpec,
+            builder="inference_core.targets.models.bnn:build",
+            summary="Bayesian MLP in weight space (regression or classification), one flat weight vector per "
+            "particle; Gamma noise/weight-precision priors as in the SVGD BNN.",
+            has_reference=False,
+        ),
+        TargetKind(
+            name="function_posterior",
+            schema=FunctionPosteriorSpec,
+            builder="inference_core.targets.models.function_posterior:build",
+            summary="Posterior over functions (prior: bnn, gp, piecewise_constant, piecewise_linear) with a "
+            "Gaussian likelihood, for the function-space methods (f-POVI, FVI).",
+            has_reference=False,
+        ),
     ]
 }
 
-WEIGHT_SPACE_KINDS = frozenset(TARGET_KINDS)
+# Kinds whose parameters live in a fixed finite-dimensional space that particle methods move directly.
+# function_posterior is a posterior over functions: only the function-space methods accept it.
+WEIGHT_SPACE_KINDS = frozenset(TARGET_KINDS) - {"function_posterior"}
 
 METHODS: dict[str, Method] = {
     method.name: method

@@ -1,6 +1,6 @@
 """JobSpec (API.md) and its validation: the one place a raw spec becomes a checked, normalised one.
 
-The API calls `validate_job_spec` before storing anything; workers and `inference_core.run` call it again,
+The API calls `validate_job_spec` before storing anything; workers and `inference_core.run` (training.py) call it again,
 so a spec that reaches training has passed exactly the same checks.
 """
 
@@ -64,6 +64,33 @@ def _first_error(exc: ValidationError, prefix: tuple) -> tuple[str, tuple]:
     return (f"{_loc_text(loc)}: {message}" if loc else message), loc
 
 
+def parse_target_spec(raw: Any, limits: Limits | None = None) -> Any:
+    """Check a target spec on its own (also used by POST /v1/targets/validate); returns the schema object."""
+    limits = limits or Limits()
+    if not isinstance(raw, dict):
+        raise errors.TargetInvalid("the target must be a JSON object with a 'kind'", loc=("target",))
+    bad = find_nonfinite(raw)
+    if bad is not None:
+        raise errors.SpecInvalid(f"{_loc_text(('target', *bad))}: NaN and infinity are not allowed",
+                                 loc=("target", *bad))
+    kind_name = raw.get("kind")
+    kind = TARGET_KINDS.get(kind_name) if isinstance(kind_name, str) else None
+    if kind is None:
+        raise errors.TargetUnknown(
+            f"unknown target kind {kind_name!r}; known: {', '.join(sorted(TARGET_KINDS))}",
+            loc=("target", "kind"),
+        )
+    try:
+        target = kind.schema.model_validate(raw)
+    except ValidationError as exc:
+        detail, loc = _first_error(exc, ("target",))
+        raise errors.TargetInvalid(detail, loc=loc) from None
+    dim = getattr(target, "dim", None)
+    if dim is not None and dim > limits.max_dim:
+        raise errors.LimitExceeded(f"target dimension {dim} is over the cap of {limits.max_dim}", loc=("target",))
+    return target
+
+
 def validate_job_spec(raw: Any, limits: Limits | None = None) -> JobSpec:
     """Check a raw JobSpec and return it normalised (target and options with defaults filled in).
 
@@ -86,21 +113,10 @@ def validate_job_spec(raw: Any, limits: Limits | None = None) -> JobSpec:
         raise errors.MethodUnknown(
             f"unknown method {spec.method!r}; known: {', '.join(sorted(METHODS))}", loc=("method",)
         )
-    kind_name = spec.target.get("kind")
-    kind = TARGET_KINDS.get(kind_name) if isinstance(kind_name, str) else None
-    if kind is None:
-        raise errors.TargetUnknown(
-            f"unknown target kind {kind_name!r}; known: {', '.join(sorted(TARGET_KINDS))}",
-            loc=("target", "kind"),
-        )
-    try:
-        target = kind.schema.model_validate(spec.target)
-    except ValidationError as exc:
-        detail, loc = _first_error(exc, ("target",))
-        raise errors.TargetInvalid(detail, loc=loc) from None
-    if kind.name not in method.target_kinds:
+    target = parse_target_spec(spec.target, limits)
+    if target.kind not in method.target_kinds:
         raise errors.MethodUnsupportedForTarget(
-            f"method {method.name!r} does not accept target kind {kind.name!r}", loc=("method",)
+            f"method {method.name!r} does not accept target kind {target.kind!r}", loc=("method",)
         )
     try:
         options = method.schema.model_validate(spec.options)
@@ -114,10 +130,6 @@ def validate_job_spec(raw: Any, limits: Limits | None = None) -> JobSpec:
         )
     if spec.steps > limits.max_steps:
         raise errors.LimitExceeded(f"steps {spec.steps} is over the cap of {limits.max_steps}", loc=("steps",))
-    dim = getattr(target, "dim", None)
-    if dim is not None and dim > limits.max_dim:
-        raise errors.LimitExceeded(f"target dimension {dim} is over the cap of {limits.max_dim}", loc=("target",))
-
     return spec.model_copy(
         update={"target": target.model_dump(mode="json"), "options": options.model_dump(mode="json")}
     )

@@ -5,11 +5,18 @@ from __future__ import annotations
 from alembic import context
 
 from app.data.db import make_engine
-from app.data.models import Base
+from app.data.models import Base, UTCDateTime
 from app.data.settings import get_settings
 
 config = context.config
 target_metadata = Base.metadata
+
+
+def render_item(type_: str, obj: object, autogen_context: object) -> str | bool:
+    """Migrations must not import app code: render our UTC timestamp type as plain sa.DateTime."""
+    if type_ == "type" and isinstance(obj, UTCDateTime):
+        return "sa.DateTime(timezone=True)"
+    return False
 
 
 def _url() -> str:
@@ -24,6 +31,7 @@ def run_migrations_offline() -> None:
         literal_binds=True,
         render_as_batch=url.startswith("sqlite"),
         compare_type=True,
+        render_item=render_item,
     )
     with context.begin_transaction():
         context.run_migrations()
@@ -37,6 +45,7 @@ def run_migrations_online() -> None:
             target_metadata=target_metadata,
             render_as_batch=connection.dialect.name == "sqlite",
             compare_type=True,
+            render_item=render_item,
         )
         with context.begin_transaction():
             context.run_migrations()

@@ -19,13 +19,15 @@ from typing import Any
 import numpy as np
 
 from app.data import jobs as job_state
+from app.data.datasets import dataset_loader
 from app.data.jobs import Lease, new_id
 from app.data.models import Artifact, Job
 from app.data.queue import enqueue_job
 from inference_core import errors
 from inference_core.methods.base import Method
-from inference_core.run import RunHooks, RunResult, run
 from inference_core.serialization import state_from_bytes, state_to_bytes
+from inference_core.targets import BuildContext
+from inference_core.training import RunHooks, RunResult, run
 from workers.context import WorkerContext, worker_context
 
 logger = logging.getLogger("parvis.worker")
@@ -206,7 +208,9 @@ class JobExecution:
         hooks = ServiceHooks(self.context, self.lease, self.job, heartbeat)
         heartbeat.start()
         try:
-            result = run(self.job.spec, hooks=hooks, resume_state=resume)
+            context = BuildContext(load_dataset=dataset_loader(self.context.sessions, self.context.store,
+                                                               self.job.tenant_id))
+            result = run(self.job.spec, hooks=hooks, resume_state=resume, context=context)
         except errors.InferenceError as exc:
             logger.info("job %s failed: %s: %s", self.job.id, exc.code, exc.detail)
             self._finish(hooks, "failed", error=(exc.code, exc.detail))

@@ -38,7 +38,7 @@ def _start_maintenance(sender: Any = None, **_: Any) -> None:
 def _init_child(**_: Any) -> None:
     reset_worker_context()
     signal.signal(PREEMPT_SIGNAL, signal.SIG_IGN)  # an idle child has nothing to preempt
-    import inference_core.run  # noqa: F401 - load torch here, in the child, before the first job arrives
+    import inference_core.training  # noqa: F401 - load torch here, in the child, before the first job arrives
 
 
 @contextlib.contextmanager
@@ -63,10 +63,8 @@ def _preempt_running_jobs(**_: Any) -> None:
 
     PREEMPT.set()  # solo/threads pools run the job in this process
     for child in psutil.Process(os.getpid()).children():
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(child.pid, PREEMPT_SIGNAL)
-        except ProcessLookupError:
-            pass
 
 
 @worker_shutdown.connect

@@ -129,6 +129,36 @@ class Sampler(Base):
     __table_args__ = (Index("ix_samplers_tenant_created", "tenant_id", "created_at", "id"),)
 
 
+class DatasetRecord(Base):
+    """An uploaded data set (stored as .npz in the artifact store); jobs reference it by id."""
+
+    __tablename__ = "datasets"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(String(64))
+    name: Mapped[str | None] = mapped_column(String(200))
+    n_rows: Mapped[int] = mapped_column(Integer)
+    n_features: Mapped[int] = mapped_column(Integer)
+    n_test_rows: Mapped[int] = mapped_column(Integer, default=0)
+    y_kind: Mapped[str] = mapped_column(String(16))  # none | float | labels
+    n_classes: Mapped[int | None] = mapped_column(Integer)
+    source_media_type: Mapped[str] = mapped_column(String(100))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+    __table_args__ = (Index("ix_datasets_tenant_created", "tenant_id", "created_at", "id"),)
+
+
+class JobDataset(Base):
+    """Which uploaded data sets a job uses (a data set a live job uses cannot be deleted)."""
+
+    __tablename__ = "job_datasets"
+
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    dataset_id: Mapped[str] = mapped_column(ForeignKey("datasets.id", ondelete="CASCADE"), primary_key=True)
+
+    __table_args__ = (Index("ix_job_datasets_dataset", "dataset_id"),)
+
+
 class Artifact(Base):
     """A stored blob (particles, checkpoint, weights, ...): where it is, its digest, size and media type."""
 
@@ -138,6 +168,7 @@ class Artifact(Base):
     tenant_id: Mapped[str] = mapped_column(String(64))
     job_id: Mapped[str | None] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
     sampler_id: Mapped[str | None] = mapped_column(ForeignKey("samplers.id", ondelete="CASCADE"))
+    dataset_id: Mapped[str | None] = mapped_column(ForeignKey("datasets.id", ondelete="CASCADE"))
     role: Mapped[str] = mapped_column(String(32))
     path: Mapped[str] = mapped_column(String(512))
     sha256: Mapped[str] = mapped_column(String(64))
@@ -149,6 +180,7 @@ class Artifact(Base):
         UniqueConstraint("job_id", "role"),
         Index("ix_artifacts_tenant", "tenant_id"),
         Index("ix_artifacts_sampler", "sampler_id"),
+        Index("ix_artifacts_dataset", "dataset_id"),
     )
 
 

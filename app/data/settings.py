@@ -34,6 +34,10 @@ class Settings(BaseSettings):
     max_dim: int = 1_000_000
     max_request_bytes: int = 2 * 1024 * 1024
     max_active_jobs_per_tenant: int = 100
+    max_dataset_bytes: int = 64 * 1024 * 1024
+    max_dataset_rows: int = 2_000_000
+    max_dataset_cols: int = 10_000
+    max_validate_points: int = 1000
     max_page_size: int = 1000
     default_page_size: int = 50
 

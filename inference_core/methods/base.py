@@ -13,7 +13,7 @@ from torch import Tensor
 
 from inference_core import errors
 from inference_core.methods.optim import build_optimizer
-from inference_core.schemas.methods import ParticleMethodOptions
+from inference_core.schemas.methods import InitOptions, ParticleMethodOptions
 from inference_core.seeding import derive_seed, per_particle_normal
 from inference_core.targets.base import Target
 
@@ -53,6 +53,28 @@ class Method:
         raise NotImplementedError
 
 
+def initial_particles(target: Target, init: InitOptions, n: int, seed: int) -> Tensor:
+    """[n, d] float64 starting particles; row i comes from stream (seed, i) whatever n is."""
+    own = getattr(target, "initial_particles", None)
+    if init.method == "target" and own is None:
+        raise errors.MethodOptionsInvalid(f"target kind {target.kind!r} has no initialisation of its own",
+                                          loc=("options", "init", "method"))
+    if init.method != "normal" and own is not None:
+        rows = torch.empty(n, target.dim, dtype=torch.float64)
+        generator = torch.Generator()
+        for i in range(n):
+            generator.manual_seed(derive_seed(seed, 2, i))
+            rows[i] = own(1, generator)[0].to(torch.float64)
+        return rows
+    loc = torch.as_tensor(init.loc, dtype=torch.float64)
+    if loc.ndim == 1 and loc.shape[0] != target.dim:
+        raise errors.MethodOptionsInvalid(
+            f"options.init.loc has length {loc.shape[0]}, the target has dimension {target.dim}",
+            loc=("options", "init", "loc"),
+        )
+    return loc + init.scale * per_particle_normal(seed, n, target.dim, torch.float64)
+
+
 class ParticleMethod(Method):
     """A set of n particles moved along a direction φ computed without a graph and applied by a torch
     optimiser (the surrogate-loss pattern: the gradient of −Σ φ.detach()·x is −φ, written straight to .grad).
@@ -65,14 +87,7 @@ class ParticleMethod(Method):
     def __init__(self, target: Target, options: ParticleMethodOptions, num_particles: int, seed: int,
                  device: torch.device):
         super().__init__(target, options, num_particles, seed, device)
-        init = options.init
-        loc = torch.as_tensor(init.loc, dtype=torch.float64)
-        if loc.ndim == 1 and loc.shape[0] != target.dim:
-            raise errors.MethodOptionsInvalid(
-                f"options.init.loc has length {loc.shape[0]}, the target has dimension {target.dim}",
-                loc=("options", "init", "loc"),
-            )
-        start = loc + init.scale * per_particle_normal(seed, num_particles, target.dim, torch.float64)
+        start = initial_particles(target, options.init, num_particles, seed)
         self.x = start.to(device=device, dtype=self.dtype).requires_grad_(True)
         self.optimizer = build_optimizer([self.x], options.optimizer)
         # One generator for every random choice a method makes (minibatches, subsets): part of the state.

@@ -22,8 +22,13 @@ class OptimizerOptions(StrictModel):
 
 
 class InitOptions(StrictModel):
-    """Initial particles: loc + scale · N(0, I), particle i drawn from its own seeded stream."""
+    """Initial particles, particle i drawn from its own seeded stream (so it does not depend on n).
 
+    `auto`: the target's own initialisation when it has one (e.g. a BNN's fan-in-scaled weights), else
+    `normal`: loc + scale · N(0, I).
+    """
+
+    method: Literal["auto", "normal", "target"] = "auto"
     loc: float | list[float] = 0.0
     scale: float = Field(default=1.0, gt=0)
 

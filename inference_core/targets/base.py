@@ -7,13 +7,13 @@ Data targets additionally accept a minibatch; the N/B likelihood scaling lives i
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
-
-import numpy as np
 
 import torch
 from torch import Tensor
+
+from inference_core.datasets import Dataset
 
 
 @dataclass
@@ -23,7 +23,7 @@ class BuildContext:
 
     dtype: torch.dtype = torch.float32
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
-    load_dataset: Callable[[str], Mapping[str, np.ndarray]] | None = None
+    load_dataset: Callable[[str], Dataset] | None = None
 
 
 @dataclass
@@ -39,7 +39,12 @@ class Reference:
 
 
 class Target:
-    """Base class. Subclasses set `dim` and implement `log_prob`; `score` defaults to autograd."""
+    """Base class. Subclasses set `dim` and implement `log_prob`; `score` defaults to autograd.
+
+    Optional hook (not defined here, test with `hasattr`): `initial_particles(n, generator) -> [n, dim]`,
+    a model-specific starting point (e.g. the BNN init of weights ~ N(0, 1/(fan_in + 1)), biases 0) drawn
+    from the given generator only.
+    """
 
     dim: int
     kind: str = "target"

@@ -16,10 +16,22 @@ from app.api.negotiation import array_response, load_npy
 from app.api.pagination import clamp_page_size, decode_token, encode_token
 from app.api.problems import Problem, not_found
 from app.api.schemas import JobError, JobList, JobOut, MetricPointOut, MetricTrace, Progress
+from app.data.datasets import owned_dataset
 from app.data.jobs import new_id
-from app.data.models import JOB_STATUSES, TERMINAL_STATUSES, Artifact, Job, MetricPoint, Sampler, utcnow
+from app.data.models import (
+    JOB_STATUSES,
+    TERMINAL_STATUSES,
+    Artifact,
+    Job,
+    JobDataset,
+    MetricPoint,
+    Sampler,
+    utcnow,
+)
 from app.data.queue import enqueue_job
 from app.data.settings import Settings
+from inference_core.catalog import TARGET_KINDS
+from inference_core.datasets import dataset_ref_ids
 from inference_core.spec import Limits, spec_fingerprint, validate_job_spec
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
@@ -30,6 +42,26 @@ ACTIVE_STATUSES = ("queued", "running")
 
 def limits_from(settings: Settings) -> Limits:
     return Limits(max_particles=settings.max_particles, max_steps=settings.max_steps, max_dim=settings.max_dim)
+
+
+def check_dataset_refs(session: Session, tenant: str, target: dict[str, Any], settings: Settings) -> list[str]:
+    """The uploaded data sets a target uses must be the tenant's own; their shapes fix the dimension."""
+    refs = dataset_ref_ids(target)
+    schema = TARGET_KINDS[target["kind"]].schema.model_validate(target)
+    for dataset_id in refs:
+        record = owned_dataset(session, tenant, dataset_id)
+        if record is None:
+            raise Problem(422, "dataset_unknown", f"no dataset {dataset_id!r}", extra={"loc": ["target", "dataset"]})
+        if getattr(schema, "dim", None) is None and hasattr(schema, "dim_for"):
+            try:
+                dim = schema.dim_for(record.n_features, record.n_classes, record.n_rows)
+            except ValueError as exc:
+                raise Problem(422, "target_invalid", f"target with dataset {dataset_id!r}: {exc}",
+                              extra={"loc": ["target", "dataset"]}) from None
+            if dim > settings.max_dim:
+                raise Problem(422, "limit_exceeded", f"target dimension {dim} is over the cap of {settings.max_dim}",
+                              extra={"loc": ["target"]})
+    return refs
 
 
 def owned_job(session: Session, tenant: str, job_id: str) -> Job:
@@ -94,6 +126,7 @@ def submit_job(
     idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key", max_length=255)] = None,
 ) -> JSONResponse:
     spec = validate_job_spec(body, limits_from(settings))
+    dataset_ids = check_dataset_refs(session, tenant, spec.target, settings)
     normalized = spec.model_dump(mode="json")
     fingerprint = spec_fingerprint(normalized)
 
@@ -129,6 +162,7 @@ def submit_job(
         enqueued_at=now,
     )
     session.add(job)
+    session.add_all(JobDataset(job_id=job.id, dataset_id=dataset_id) for dataset_id in dataset_ids)
     try:
         session.commit()
     except IntegrityError:

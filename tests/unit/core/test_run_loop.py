@@ -1,4 +1,4 @@
-"""inference_core.run without the service: fits, stops, resumes bit-identically, fails fast."""
+"""inference_core.run (the training loop in inference_core.training) without the service: fits, stops, resumes bit-identically, fails fast."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import torch
 
 from inference_core import errors, run
 from inference_core.methods.base import ParticleMethod
-from inference_core.run import RunHooks, check_target_finite
 from inference_core.schemas.methods import ParticleMethodOptions
 from inference_core.serialization import state_from_bytes, state_to_bytes
 from inference_core.targets.base import Target
+from inference_core.training import RunHooks, check_target_finite
 
 MEAN = [1.0, -2.0]
 COV = [[1.0, 0.8], [0.8, 2.0]]
@@ -91,3 +91,11 @@ def test_a_device_that_is_missing_is_a_clear_error() -> None:
         pytest.skip("this machine has CUDA")
     with pytest.raises(errors.DeviceUnavailable):
         run(spec(1, device="cuda"))
+
+
+def test_package_run_stays_callable_after_the_loop_module_is_imported() -> None:
+    import inference_core
+    import inference_core.training  # noqa: F401
+
+    assert callable(inference_core.run)
+    assert inference_core.run(spec(2)).steps_completed == 2

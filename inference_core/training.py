@@ -1,4 +1,5 @@
-"""The only training loop (DESIGN.md): spec → target + method → steps, with hooks for the service.
+"""The only training loop (DESIGN.md; exposed as `inference_core.run`, kept out of a module named `run` so
+the submodule never shadows that function): spec → target + method → steps, with hooks for the service.
 
 `run(spec)` works in a notebook with no hooks at all. The worker passes `RunHooks` to report progress and
 metrics, checkpoint, and stop on cancel/preemption between steps, and `resume_state` to continue from a

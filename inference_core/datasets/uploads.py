@@ -1,0 +1,417 @@
+"""Uploaded data sets (POST /v1/datasets): parsing JSON, .npz and CSV bodies, storage as .npz, digests.
+
+Every rejection is a ValueError whose message says exactly what is wrong (the API answers 422 with it);
+an unknown media type is `UnsupportedMediaType` (a ValueError; the API may answer 415). Nothing is unpickled:
+.npz members are read with `allow_pickle=False` after their headers (dtype, shape) have been checked against
+the caps, so a small compressed file cannot expand into a huge array.
+
+Formats (see `parse_dataset_upload`):
+
+* JSON: `{"X": [[..], ..], "y": [..]}`; `y` optional; optional `X_test`, `y_test` (a held-out part).
+  Numbers only: booleans, strings, null, NaN/Infinity are rejected. `y` given as JSON integers becomes int64
+  labels, otherwise float64.
+* .npz: arrays `X` and optionally `y`, `X_test`, `y_test` (no other members). Real dtypes only (integer or
+  float); object, string, boolean, complex and structured arrays are rejected. Integer `y` stays int64 labels.
+* CSV: comma-separated, UTF-8, one example per line. The first line is a header when any of its fields is
+  not a number (or force it with `header=True/False`). `target_column` picks y: the last column by default
+  (−1), any index (negative counts from the end), a header name, or None for a file with no y. Integers-only
+  y columns become int64 labels. Empty fields, NaN and infinity are rejected; blank lines are skipped.
+
+Caps: `max_rows` bounds the rows of X and X_test together, `max_cols` the number of feature columns.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import math
+import re
+import zipfile
+import zlib
+from typing import Any
+
+import numpy as np
+
+from inference_core.datasets.dataset import Dataset
+
+JSON_MEDIA_TYPES = frozenset({"application/json"})
+NPZ_MEDIA_TYPES = frozenset(
+    {"application/x-npz", "application/npz", "application/zip", "application/x-zip-compressed",
+     "application/octet-stream"}
+)
+CSV_MEDIA_TYPES = frozenset({"text/csv", "application/csv"})
+ARRAY_KEYS = ("X", "y", "X_test", "y_test")
+
+_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+_INTEGER = re.compile(r"[+-]?\d+")
+_FIXED_ZIP_TIME = (1980, 1, 1, 0, 0, 0)
+_INT64_MAX = np.iinfo(np.int64).max
+
+
+class UnsupportedMediaType(ValueError):
+    """The body's media type is none of the supported formats."""
+
+
+def parse_dataset_upload(
+    data: bytes,
+    media_type: str,
+    *,
+    max_rows: int,
+    max_cols: int,
+    target_column: int | str | None = -1,
+    header: bool | None = None,
+    name: str = "upload",
+) -> Dataset:
+    """Parse an uploaded body into a validated Dataset (formats and caps in the module docstring).
+
+    `target_column` and `header` apply to CSV only.
+    """
+    if max_rows < 1 or max_cols < 1:
+        raise ValueError("max_rows and max_cols must be at least 1")
+    kind = media_type.split(";", 1)[0].strip().lower()
+    if not data:
+        raise ValueError("the upload is empty")
+    if kind in JSON_MEDIA_TYPES:
+        arrays = _parse_json(data, max_rows=max_rows, max_cols=max_cols)
+    elif kind in NPZ_MEDIA_TYPES:
+        arrays = _read_npz(data, allowed=ARRAY_KEYS, max_rows=max_rows, max_cols=max_cols)
+    elif kind in CSV_MEDIA_TYPES:
+        arrays = _parse_csv(data, max_rows=max_rows, max_cols=max_cols, target_column=target_column,
+                            header=header)
+    else:
+        supported = sorted(JSON_MEDIA_TYPES | NPZ_MEDIA_TYPES | CSV_MEDIA_TYPES)
+        raise UnsupportedMediaType(f"unsupported media type {kind!r}; use one of {', '.join(supported)}")
+    if "X" not in arrays:
+        raise ValueError("the upload has no 'X' (the feature matrix is required)")
+    return Dataset(name=name, **arrays)
+
+
+# ----------------------------------------------------------------------------------------------- JSON
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if value is None:
+        return "null"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
+def _is_number(value: Any) -> bool:
+    return type(value) is int or type(value) is float  # bool is a subclass of int: excluded on purpose
+
+
+def _reject_constant(token: str) -> None:
+    raise ValueError(f"the JSON contains {token}; only finite numbers are allowed")
+
+
+def _parse_json(data: bytes, *, max_rows: int, max_cols: int) -> dict[str, np.ndarray]:
+    try:
+        document = json.loads(data.decode("utf-8-sig"), parse_constant=_reject_constant)
+    except UnicodeDecodeError:
+        raise ValueError("the JSON body is not valid UTF-8") from None
+    except RecursionError:
+        raise ValueError("the JSON is nested too deeply") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"the body is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from None
+    if not isinstance(document, dict):
+        raise ValueError(f"the JSON must be an object like {{\"X\": [[..]], \"y\": [..]}}, got {_json_type(document)}")
+    unknown = sorted(set(document) - set(ARRAY_KEYS))
+    if unknown:
+        raise ValueError(f"unknown key(s) {', '.join(map(repr, unknown))}; allowed: X, y, X_test, y_test")
+    arrays: dict[str, np.ndarray] = {}
+    rows_left = max_rows
+    for key in ("X", "X_test"):
+        if key in document:
+            arrays[key] = _json_matrix(document[key], key, rows_left, max_cols, max_rows)
+            rows_left -= arrays[key].shape[0]
+    for key in ("y", "y_test"):
+        if key in document:
+            arrays[key] = _json_vector(document[key], key)
+    return arrays
+
+
+def _json_matrix(value: Any, name: str, rows_left: int, max_cols: int, max_rows: int) -> np.ndarray:
+    if not isinstance(value, list):
+        raise ValueError(f"{name} must be an array of rows (arrays of numbers), got {_json_type(value)}")
+    if not value:
+        raise ValueError(f"{name} is empty; it needs at least one row")
+    if len(value) > rows_left:
+        raise ValueError(f"too many rows: {name} has {len(value)}, the cap is {max_rows} rows in all")
+    width = None
+    for row_index, row in enumerate(value):
+        if not isinstance(row, list):
+            raise ValueError(f"{name}[{row_index}] must be an array of numbers, got {_json_type(row)}")
+        if width is None:
+            width = len(row)
+            if width == 0:
+                raise ValueError(f"{name}[0] is empty; rows need at least one number")
+            if width > max_cols:
+                raise ValueError(f"too many columns: {name} has {width}, the cap is {max_cols}")
+        elif len(row) != width:
+            raise ValueError(f"{name} has ragged rows: row {row_index} has {len(row)} values, row 0 has {width}")
+        for column, item in enumerate(row):
+            if not _is_number(item):
+                raise ValueError(f"{name}[{row_index}][{column}] must be a number, got {_json_type(item)}")
+    try:
+        return np.array(value, dtype=np.float64)
+    except OverflowError:
+        raise ValueError(f"{name} has an integer too large for float64") from None
+
+
+def json_matrix(value: Any, name: str, *, max_rows: int, max_cols: int) -> np.ndarray:
+    """A JSON-decoded list of rows → float64 matrix, with the same checks and messages as an upload."""
+    return _json_matrix(value, name, max_rows, max_cols, max_rows)
+
+
+def json_vector(value: Any, name: str) -> np.ndarray:
+    """A JSON-decoded list of numbers → int64 (all integers) or float64 vector, with the upload's checks."""
+    return _json_vector(value, name)
+
+
+def _json_vector(value: Any, name: str) -> np.ndarray:
+    if not isinstance(value, list):
+        raise ValueError(f"{name} must be an array of numbers, got {_json_type(value)}")
+    for index, item in enumerate(value):
+        if not _is_number(item):
+            raise ValueError(f"{name}[{index}] must be a number, got {_json_type(item)}")
+    if value and all(type(item) is int for item in value):
+        if any(abs(item) > _INT64_MAX for item in value):
+            raise ValueError(f"{name} has an integer outside the int64 range")
+        return np.array(value, dtype=np.int64)
+    try:
+        return np.array(value, dtype=np.float64)
+    except OverflowError:
+        raise ValueError(f"{name} has an integer too large for float64") from None
+
+
+# ------------------------------------------------------------------------------------------------ NPZ
+
+
+def _check_member(key: str, dtype: np.dtype, shape: tuple[int, ...], rows_left: int | None,
+                  max_cols: int | None, max_rows: int | None) -> None:
+    if dtype.hasobject:
+        raise ValueError(f"{key} is an object array; only numeric arrays are allowed (no pickles)")
+    if key == "name":
+        if dtype != np.uint8 or len(shape) != 1:
+            raise ValueError("name must be a 1-D uint8 array (UTF-8 bytes)")
+        return
+    if dtype.fields is not None:
+        raise ValueError(f"{key} is a structured array; only plain numeric arrays are allowed")
+    if dtype.kind == "b":
+        raise ValueError(f"{key} holds booleans; encode them as the numbers 0 and 1")
+    if dtype.kind == "c":
+        raise ValueError(f"{key} holds complex numbers; only real numbers are allowed")
+    if dtype.kind not in "fiu":
+        raise ValueError(f"{key} must hold real numbers, got dtype {dtype.str!r}")
+    matrix = key.startswith("X")
+    if len(shape) != (2 if matrix else 1):
+        expected = "a 2-D array [rows, features]" if matrix else "a 1-D array"
+        raise ValueError(f"{key} must be {expected}, got shape {list(shape)}")
+    if matrix and rows_left is not None and shape[0] > rows_left:
+        raise ValueError(f"too many rows: {key} has {shape[0]}, the cap is {max_rows} rows in all")
+    if matrix and max_cols is not None and shape[1] > max_cols:
+        raise ValueError(f"too many columns: {key} has {shape[1]}, the cap is {max_cols}")
+    if not matrix and max_rows is not None and shape[0] > max_rows:
+        raise ValueError(f"too many rows: {key} has {shape[0]} entries, the cap is {max_rows}")
+
+
+def _read_header(handle: Any) -> tuple[tuple[int, ...], np.dtype]:
+    version = np.lib.format.read_magic(handle)
+    if version == (1, 0):
+        shape, _, dtype = np.lib.format.read_array_header_1_0(handle)
+    elif version == (2, 0):
+        shape, _, dtype = np.lib.format.read_array_header_2_0(handle)
+    else:
+        raise ValueError(f"unsupported .npy format version {version}")
+    return tuple(int(n) for n in shape), np.dtype(dtype)
+
+
+def _read_npz(data: bytes, *, allowed: tuple[str, ...], max_rows: int | None,
+              max_cols: int | None) -> dict[str, np.ndarray]:
+    """Members of an .npz archive, each header checked before its data is read."""
+    if not data.startswith(b"PK"):
+        raise ValueError("not an .npz file (expected a zip archive of .npy arrays)")
+    try:
+        archive = zipfile.ZipFile(io.BytesIO(data))
+    except (zipfile.BadZipFile, ValueError, OSError):
+        raise ValueError("the .npz file is not a valid zip archive") from None
+    with archive:
+        members = archive.infolist()
+        keys = []
+        for member in members:
+            if not member.filename.endswith(".npy"):
+                raise ValueError(f"unexpected member {member.filename!r} in the .npz (only .npy arrays)")
+            keys.append(member.filename[: -len(".npy")])
+        unknown = sorted(set(keys) - set(allowed))
+        if unknown:
+            raise ValueError(f"unknown array(s) {', '.join(map(repr, unknown))} in the .npz; "
+                             f"allowed: {', '.join(allowed)}")
+        if len(set(keys)) != len(keys):
+            raise ValueError("the .npz has the same array name twice")
+        order = sorted(range(len(keys)), key=lambda i: (not keys[i].startswith("X"), keys[i]))
+        arrays: dict[str, np.ndarray] = {}
+        rows_left = max_rows
+        for index in order:
+            key, member = keys[index], members[index]
+            try:
+                with archive.open(member) as handle:
+                    shape, dtype = _read_header(handle)
+            except (ValueError, zipfile.BadZipFile, zlib.error, OSError, EOFError) as exc:
+                raise ValueError(f"could not read the header of {key} in the .npz: {exc}") from None
+            _check_member(key, dtype, shape, rows_left, max_cols, max_rows)
+            try:
+                with archive.open(member) as handle:
+                    array = np.lib.format.read_array(handle, allow_pickle=False)
+            except (ValueError, zipfile.BadZipFile, zlib.error, OSError, EOFError) as exc:
+                raise ValueError(f"could not read {key} from the .npz: {exc}") from None
+            if array.shape != shape:
+                raise ValueError(f"{key} is truncated in the .npz")
+            if key.startswith("X") and rows_left is not None:
+                rows_left -= shape[0]
+            arrays[key] = array
+    return arrays
+
+
+# ------------------------------------------------------------------------------------------------ CSV
+
+
+def _parse_csv(data: bytes, *, max_rows: int, max_cols: int, target_column: int | str | None,
+               header: bool | None) -> dict[str, np.ndarray]:
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise ValueError("the CSV is not valid UTF-8") from None
+    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
+    records: list[list[str]] = []
+    names: list[str] | None = None
+    width = 0
+    target: int | None = None
+    try:
+        for record in reader:
+            fields = [field.strip() for field in record]
+            if not any(fields):
+                continue  # blank line
+            if not width:
+                width = len(fields)
+                is_header = header if header is not None else not all(_NUMBER.fullmatch(f) for f in fields)
+                target = _target_index(target_column, width, fields if is_header else None)
+                features = width - (target is not None)
+                if features == 0:
+                    raise ValueError("the CSV has no feature columns (its only column is the target; pass "
+                                     "target_column=None for a file without y)")
+                if features > max_cols:
+                    raise ValueError(f"too many columns: {features} feature columns, the cap is {max_cols}")
+                if is_header:
+                    names = fields
+                    continue
+            if len(fields) != width:
+                raise ValueError(f"ragged rows: line {reader.line_num} has {len(fields)} fields, "
+                                 f"the first line has {width}")
+            if len(records) == max_rows:
+                raise ValueError(f"too many rows: more than the cap of {max_rows}")
+            records.append(fields)
+    except csv.Error as exc:
+        raise ValueError(f"the CSV is malformed at line {reader.line_num}: {exc}") from None
+    if not records:
+        raise ValueError("the CSV has no data rows" + (" (only a header)" if names is not None else ""))
+    feature_columns = [column for column in range(width) if column != target]
+    X = np.empty((len(records), len(feature_columns)), dtype=np.float64)
+    for row_index, fields in enumerate(records):
+        for out_column, column in enumerate(feature_columns):
+            X[row_index, out_column] = _csv_number(fields[column], row_index, column, names)
+    arrays = {"X": X}
+    if target is not None:
+        tokens = [fields[target] for fields in records]
+        values = [_csv_number(token, row, target, names) for row, token in enumerate(tokens)]
+        if all(_INTEGER.fullmatch(token) for token in tokens) and all(abs(int(t)) <= _INT64_MAX for t in tokens):
+            arrays["y"] = np.array([int(token) for token in tokens], dtype=np.int64)
+        else:
+            arrays["y"] = np.array(values, dtype=np.float64)
+    return arrays
+
+
+def _column_label(column: int, names: list[str] | None) -> str:
+    return f"column {column}" + (f" ({names[column]!r})" if names is not None else "")
+
+
+def _csv_number(token: str, row: int, column: int, names: list[str] | None) -> float:
+    where = f"data row {row}, {_column_label(column, names)}"
+    if not token:
+        raise ValueError(f"{where} is empty (missing values are not supported)")
+    if _NUMBER.fullmatch(token) is None:
+        raise ValueError(f"{where}: {token[:40]!r} is not a number")
+    value = float(token)
+    if not math.isfinite(value):
+        raise ValueError(f"{where}: {token[:40]!r} is not a finite float64 number")
+    return value
+
+
+def _target_index(target_column: int | str | None, width: int, names: list[str] | None) -> int | None:
+    if target_column is None:
+        return None
+    if isinstance(target_column, bool) or not isinstance(target_column, int | str):
+        raise ValueError("target_column must be a column index, a header name, or None")
+    if isinstance(target_column, str):
+        if names is None:
+            raise ValueError(f"target_column {target_column!r} is a name, but the CSV has no header row")
+        matches = [index for index, name in enumerate(names) if name == target_column]
+        if len(matches) != 1:
+            problem = "is not a column" if not matches else "names more than one column"
+            raise ValueError(f"target_column {target_column!r} {problem} of the header {names}")
+        return matches[0]
+    if not -width <= target_column < width:
+        raise ValueError(f"target_column {target_column} is out of range for {width} columns")
+    return target_column % width
+
+
+# ------------------------------------------------------------------------------------------- storage
+
+
+def dataset_to_npz(dataset: Dataset) -> bytes:
+    """Storage form: a deflated .npz of X, y, X_test, y_test (those present) and the name (UTF-8 bytes).
+
+    Deterministic: the same Dataset always gives the same bytes (fixed member order and timestamps).
+    """
+    members = {**dataset.arrays(), "name": np.frombuffer(dataset.name.encode("utf-8"), dtype=np.uint8)}
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for key, array in members.items():
+            payload = io.BytesIO()
+            np.lib.format.write_array(payload, np.ascontiguousarray(array), version=(1, 0), allow_pickle=False)
+            info = zipfile.ZipInfo(f"{key}.npy", date_time=_FIXED_ZIP_TIME)
+            info.compress_type = zipfile.ZIP_DEFLATED
+            archive.writestr(info, payload.getvalue())
+    return buffer.getvalue()
+
+
+def dataset_from_npz(data: bytes) -> Dataset:
+    """Inverse of `dataset_to_npz` (bit-exact arrays; read with allow_pickle=False and re-validated)."""
+    arrays = _read_npz(data, allowed=(*ARRAY_KEYS, "name"), max_rows=None, max_cols=None)
+    name_bytes = arrays.pop("name", np.zeros(0, dtype=np.uint8))
+    try:
+        name = name_bytes.tobytes().decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError("the stored name is not valid UTF-8") from None
+    if "X" not in arrays:
+        raise ValueError("the .npz has no 'X'")
+    return Dataset(name=name, **arrays)
+
+
+def dataset_digest(dataset: Dataset) -> str:
+    """sha256 (hex) of the arrays' content: for each of X, y, X_test, y_test present, its name, dtype and
+    shape, then its little-endian C-order bytes. The name does not enter: equal data, equal digest."""
+    digest = hashlib.sha256()
+    for key, array in dataset.arrays().items():
+        little = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
+        digest.update(f"{key}|{little.dtype.str}|{list(little.shape)}\n".encode())
+        digest.update(little.tobytes())
+    return digest.hexdigest()

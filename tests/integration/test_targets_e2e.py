@@ -1,0 +1,96 @@
+"""Every weight-space target kind runs as an svgd job through the HTTP API (embedded mode), including one
+over an uploaded dataset; a target that is not finite at the start fails fast with `target_nonfinite`."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from tests.support.stack import Stack
+
+pytestmark = pytest.mark.integration
+
+RNG = np.random.default_rng(1)
+X = RNG.normal(size=(30, 2))
+Y_REG = X @ np.array([0.7, -1.2]) + 0.2 * RNG.normal(size=30)
+
+TARGETS = {
+    "gaussian": {"kind": "gaussian", "mean": [0.0, 1.0], "precision": [[2.0, 0.5], [0.5, 1.0]]},
+    "gaussian_mixture": {"kind": "gaussian_mixture", "weights": [0.3, 0.7], "means": [[-2.0, 0.0], [2.0, 0.0]],
+                         "covs": [[[0.5, 0.0], [0.0, 0.5]], [[0.5, 0.0], [0.0, 0.5]]]},
+    "banana": {"kind": "banana", "dim": 2},
+    "funnel": {"kind": "funnel", "dim": 3},
+    "energy": {"kind": "energy", "name": "U1"},
+    "expression": {"kind": "expression", "dim": 2, "log_prob": "-0.5*sum((x - mu)**2 / s**2)",
+                   "params": {"mu": [1.0, -1.0], "s": 0.5}},
+    "bayesian_linear_regression": {"kind": "bayesian_linear_regression",
+                                   "dataset": {"X": X.tolist(), "y": Y_REG.tolist()}, "prior_std": 10.0},
+    "bayesian_logistic_regression": {"kind": "bayesian_logistic_regression", "dataset": "sklearn:breast_cancer",
+                                     "standardize": True, "batch_size": 64},
+    "bnn": {"kind": "bnn", "dataset": "uci:yacht:split=0", "hidden": [8], "standardize": True, "batch_size": 32},
+}
+
+
+@pytest.fixture(scope="module")
+def embedded(tmp_path_factory: pytest.TempPathFactory):
+    stack = Stack("embedded", tmp_path_factory.mktemp("targets"))
+    try:
+        stack.migrate()
+        stack.start_api()
+        stack.start_worker()
+        yield stack
+    finally:
+        stack.stop()
+
+
+def test_every_weight_space_kind_runs_as_a_job(embedded: Stack) -> None:
+    kinds = {k["kind"] for k in embedded.client.get("/v1/targets/kinds").json()["kinds"]}
+    svgd = next(m for m in embedded.client.get("/v1/methods").json()["methods"] if m["name"] == "svgd")
+    assert set(svgd["target_kinds"]) == set(TARGETS), "a weight-space kind is missing from this test"
+    assert kinds == set(TARGETS) | {"function_posterior"}
+    jobs = {}
+    for name, target in TARGETS.items():
+        response = embedded.submit({"method": "svgd", "target": target, "num_particles": 20, "steps": 30})
+        assert response.status_code == 202, (name, response.text)
+        jobs[name] = response.json()["id"]
+    for name, job_id in jobs.items():
+        job = embedded.wait_status(job_id, {"succeeded", "failed", "cancelled"}, timeout=120)
+        assert job["status"] == "succeeded", (name, job["error"], embedded.log_tail())
+        particles = np.asarray(embedded.client.get(f"/v1/jobs/{job_id}/particles").json()["particles"])
+        assert particles.shape[0] == 20 and np.isfinite(particles).all()
+
+
+def test_function_posterior_is_refused_by_weight_space_methods(embedded: Stack) -> None:
+    target = {"kind": "function_posterior", "prior": {"type": "gp"}, "dataset": {"X": X.tolist(), "y": Y_REG.tolist()}}
+    response = embedded.submit({"method": "svgd", "target": target})
+    assert response.status_code == 422 and response.json()["code"] == "method_unsupported_for_target"
+
+
+def test_uploaded_dataset_job_matches_the_closed_form_posterior(embedded: Stack) -> None:
+    dataset = embedded.client.post("/v1/datasets", json={"X": X.tolist(), "y": Y_REG.tolist()}).json()
+    spec = {"method": "svgd", "num_particles": 100, "steps": 1500, "seed": 2,
+            "target": {"kind": "bayesian_linear_regression", "dataset": dataset["id"], "noise_std": 0.2}}
+    job_id = embedded.submit(spec).json()["id"]
+    job = embedded.wait_status(job_id, {"succeeded", "failed"}, timeout=120)
+    assert job["status"] == "succeeded", job["error"]
+    particles = np.asarray(embedded.client.get(f"/v1/jobs/{job_id}/particles").json()["particles"])
+    precision = X.T @ X / 0.2**2
+    cov = np.linalg.inv(precision)
+    mean = cov @ X.T @ Y_REG / 0.2**2
+    scale = np.sqrt(np.diag(cov))
+    assert np.all(np.abs(particles.mean(0) - mean) < 0.2 * scale)
+    assert job["metrics"]["mean_error"] == pytest.approx(np.linalg.norm(particles.mean(0) - mean), abs=1e-6)
+    assert embedded.client.delete(f"/v1/datasets/{dataset['id']}").status_code == 204
+
+
+def test_non_finite_target_fails_fast(embedded: Stack) -> None:
+    target = {"kind": "expression", "dim": 2, "log_prob": "log(x[0] - 100)"}
+    started = time.monotonic()
+    job_id = embedded.submit({"method": "svgd", "target": target, "steps": 1_000_000}).json()["id"]
+    job = embedded.wait_status(job_id, {"succeeded", "failed"}, timeout=60)
+    assert time.monotonic() - started < 30
+    assert job["status"] == "failed" and job["error"]["code"] == "target_nonfinite"
+    assert "initial particles" in job["error"]["detail"]
+    assert job["progress"]["step"] == 0
