@@ -11,7 +11,8 @@ from fastapi.openapi.utils import get_openapi
 
 from app.api.middleware import BodyLimitMiddleware, RequestIdMiddleware
 from app.api.problems import install_problem_handlers
-from app.api.routes import catalog, datasets, events, health, jobs, targets
+from app.api.routes import catalog, datasets, events, health, jobs, samplers, targets
+from app.api.sampler_cache import SamplerCache
 from app.data.db import make_engine, make_session_factory
 from app.data.queue import make_celery
 from app.data.settings import Settings, get_settings
@@ -33,6 +34,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.session_factory = make_session_factory(engine)
         app.state.store = make_store(settings.artifacts_url)
         app.state.celery = make_celery(settings, main="parvis-api")
+        app.state.sampler_cache = SamplerCache(settings.sampler_cache_size)
         if not settings.auth_enabled:
             logger.warning("authentication is OFF: every request acts as the single tenant 'local'")
         yield
@@ -51,7 +53,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(BodyLimitMiddleware, limit_for=lambda path: settings.max_dataset_bytes
                        if path.rstrip("/") == "/v1/datasets" else settings.max_request_bytes)
     app.add_middleware(RequestIdMiddleware)
-    for module in (health, catalog, targets, jobs, events, datasets):
+    for module in (health, catalog, targets, jobs, events, datasets, samplers):
         app.include_router(module.router)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app

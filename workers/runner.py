@@ -21,7 +21,7 @@ import numpy as np
 from app.data import jobs as job_state
 from app.data.datasets import dataset_loader
 from app.data.jobs import Lease, new_id
-from app.data.models import Artifact, Job
+from app.data.models import Artifact, Job, Sampler
 from app.data.queue import enqueue_job
 from inference_core import errors
 from inference_core.methods.base import Method
@@ -239,14 +239,37 @@ class JobExecution:
         else:
             particles = result.particles.detach().cpu().numpy()
             blob = self.context.store.put(f"jobs/{self.job.id}/particles.npy", _npy(particles))
-            artifact = Artifact(id=new_id("art"), tenant_id=self.job.tenant_id, job_id=self.job.id,
-                                role="particles", path=blob.key, sha256=blob.sha256, size_bytes=blob.size_bytes,
-                                media_type="application/x-npy")
+            artifacts = [self._artifact(blob, "particles", "application/x-npy", job_id=self.job.id)]
+            sampler = self._store_sampler(result, artifacts)
             hooks.latest.update(clean_metrics(result.final_metrics))
-            self._finish(hooks, "succeeded", artifacts=[artifact])
+            self._finish(hooks, "succeeded", artifacts=artifacts, sampler=sampler)
+
+    def _artifact(self, blob: Any, role: str, media_type: str, *, job_id: str | None = None,
+                  sampler_id: str | None = None) -> Artifact:
+        return Artifact(id=new_id("art"), tenant_id=self.job.tenant_id, job_id=job_id, sampler_id=sampler_id,
+                        role=role, path=blob.key, sha256=blob.sha256, size_bytes=blob.size_bytes,
+                        media_type=media_type)
+
+    def _store_sampler(self, result: RunResult, artifacts: list[Artifact]) -> Sampler | None:
+        """A generative method's trained generator: zip (config.json + weights.safetensors) and ONNX."""
+        trained = result.method.sampler()
+        if trained is None:
+            return None
+        sampler_id = new_id("smp")
+        store = self.context.store
+        weights = store.put(f"samplers/{sampler_id}/sampler.zip", trained.to_zip_bytes())
+        artifacts.append(self._artifact(weights, "weights", "application/zip", sampler_id=sampler_id))
+        try:
+            onnx = store.put(f"samplers/{sampler_id}/sampler.onnx", trained.to_onnx_bytes())
+            artifacts.append(self._artifact(onnx, "onnx", "application/onnx", sampler_id=sampler_id))
+        except Exception:  # noqa: BLE001 - the safetensors sampler is the product; ONNX is a convenience
+            logger.warning("job %s: ONNX export failed; the sampler is stored without it", self.job.id,
+                           exc_info=True)
+        return Sampler(id=sampler_id, tenant_id=self.job.tenant_id, job_id=self.job.id, method=self.job.method,
+                       config=trained.config)
 
     def _finish(self, hooks: ServiceHooks, status: str, *, error: tuple[str, str] | None = None,
-                artifacts: list[Artifact] = ()) -> None:  # type: ignore[assignment]
+                artifacts: list[Artifact] = (), sampler: Sampler | None = None) -> None:  # type: ignore[assignment]
         progress = hooks.progress(hooks.total_steps if status == "succeeded" else hooks.last_step)
         progress["eta_s"] = 0.0 if status == "succeeded" else None
         with self.context.sessions() as session:
@@ -255,7 +278,7 @@ class JobExecution:
                                           self.job.tenant_id)
                 hooks.pending_points = []
             done = job_state.finish_job(session, self.lease, status, progress=progress, metrics=dict(hooks.latest),
-                                        error=error, artifacts=list(artifacts))
+                                        error=error, artifacts=list(artifacts), sampler=sampler)
         if done:
             logger.info("job %s %s", self.job.id, status)
         else:

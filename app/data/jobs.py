@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
-from app.data.models import Artifact, Job, MetricPoint, utcnow
+from app.data.models import Artifact, Job, MetricPoint, Sampler, utcnow
 
 
 def new_id(prefix: str) -> str:
@@ -135,8 +135,10 @@ def finish_job(
     metrics: dict[str, Any] | None = None,
     error: tuple[str, str] | None = None,
     artifacts: list[Artifact] = (),  # type: ignore[assignment]
+    sampler: Sampler | None = None,
 ) -> bool:
-    """running → succeeded | failed | cancelled, with final metrics, error and artifact rows, atomically."""
+    """running → succeeded | failed | cancelled, with final metrics, error, the trained sampler and artifact
+    rows, atomically."""
     now = utcnow()
     values: dict[str, Any] = {
         "status": status,
@@ -155,8 +157,12 @@ def finish_job(
     if result.rowcount != 1:
         session.rollback()
         return False
+    if sampler is not None:
+        session.add(sampler)
+        session.flush()
     for artifact in artifacts:
-        session.execute(delete(Artifact).where(Artifact.job_id == artifact.job_id, Artifact.role == artifact.role))
+        if artifact.job_id is not None:  # a job has one artifact per role; replace an earlier one
+            session.execute(delete(Artifact).where(Artifact.job_id == artifact.job_id, Artifact.role == artifact.role))
         session.add(artifact)
     session.commit()
     return True

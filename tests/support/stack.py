@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -125,10 +126,8 @@ class Stack:
 
     def kill_worker(self, worker: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
         """Signal the worker's whole process group (main process and pool child)."""
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(worker.pid, sig)
-        except ProcessLookupError:
-            pass
         worker.wait(timeout=60)
 
     def submit(self, spec: dict[str, Any], **kwargs: Any) -> httpx.Response:
@@ -151,20 +150,18 @@ class Stack:
         return "\n".join(out)
 
     def stop(self) -> None:
+        """SIGTERM each worker's main process (as Celery expects: a group-wide SIGTERM can deadlock billiard's
+        pool), then SIGKILL whatever is left of every process group, whatever happened before."""
         self.client.close()
-        for worker in self.workers:
-            if worker.poll() is None:
-                self.kill_worker(worker, signal.SIGTERM)
-        if self.api is not None and self.api.poll() is None:
-            self.api.send_signal(signal.SIGTERM)
-            try:
-                self.api.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.api.kill()
-        for proc in [*self.workers, *( [self.api] if self.api else [])]:
-            try:
+        for proc in [*self.workers, *([self.api] if self.api else [])]:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in [*self.workers, *([self.api] if self.api else [])]:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=20)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=10)
         if self.database is not None:
             self.database.drop()

@@ -1,0 +1,156 @@
+"""Trained samplers: list, inspect, download (zip of config.json + weights.safetensors, or ONNX), draw fresh
+samples (bit-identical for the same sampler, n and seed), delete."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request, Response
+from pydantic import BaseModel, Field
+from sqlalchemy import and_, delete, or_, select
+from sqlalchemy.orm import Session
+
+from app.api.deps import CurrentTenant, SessionDep, SettingsDep, StoreDep
+from app.api.negotiation import array_response, choose_array_format
+from app.api.pagination import clamp_page_size, decode_token, encode_token
+from app.api.problems import Problem, not_found
+from app.data.models import Artifact, Sampler
+
+router = APIRouter(prefix="/v1/samplers", tags=["samplers"])
+
+ZIP_MEDIA_TYPE = "application/zip"
+ONNX_MEDIA_TYPE = "application/onnx"
+
+
+class ArtifactOut(BaseModel):
+    role: str
+    media_type: str
+    sha256: str
+    size_bytes: int
+
+
+class SamplerOut(BaseModel):
+    id: str
+    job_id: str
+    method: str
+    target: dict[str, Any]
+    dim: int
+    noise_dim: int | None
+    config: dict[str, Any]
+    artifacts: list[ArtifactOut]
+    created_at: datetime
+
+
+class SamplerList(BaseModel):
+    samplers: list[SamplerOut]
+    next_page_token: str | None
+
+
+class SampleRequest(BaseModel):
+    n: int = Field(ge=1, description="number of draws")
+    seed: int = Field(default=0, ge=0, lt=2**63)
+
+
+def owned_sampler(session: Session, tenant: str, sampler_id: str) -> Sampler:
+    sampler = session.execute(
+        select(Sampler).where(Sampler.id == sampler_id, Sampler.tenant_id == tenant)
+    ).scalar_one_or_none()
+    if sampler is None:
+        raise not_found("sampler", sampler_id)
+    return sampler
+
+
+def sampler_artifacts(session: Session, sampler_id: str) -> dict[str, Artifact]:
+    rows = session.execute(select(Artifact).where(Artifact.sampler_id == sampler_id)).scalars()
+    return {artifact.role: artifact for artifact in rows}
+
+
+def sampler_out(sampler: Sampler, artifacts: dict[str, Artifact]) -> SamplerOut:
+    config = sampler.config
+    architecture = config.get("architecture", {})
+    return SamplerOut(
+        id=sampler.id, job_id=sampler.job_id, method=sampler.method, target=config.get("target", {}),
+        dim=int(architecture.get("output_dim", config.get("target", {}).get("dim", 0))),
+        noise_dim=architecture.get("noise_dim"), config=config,
+        artifacts=[ArtifactOut(role=a.role, media_type=a.media_type, sha256=a.sha256, size_bytes=a.size_bytes)
+                   for a in sorted(artifacts.values(), key=lambda a: a.role)],
+        created_at=sampler.created_at,
+    )
+
+
+@router.get("", response_model=SamplerList)
+def list_samplers(session: SessionDep, tenant: CurrentTenant, settings: SettingsDep,
+                  page_size: Annotated[int | None, Query()] = None,
+                  page_token: Annotated[str | None, Query()] = None) -> SamplerList:
+    size = clamp_page_size(page_size, settings.default_page_size, settings.max_page_size)
+    query = select(Sampler).where(Sampler.tenant_id == tenant)
+    if page_token:
+        created, last_id = decode_token(settings.resolved_secret_key(), page_token, {"kind": "samplers"})
+        query = query.where(or_(Sampler.created_at < created, and_(Sampler.created_at == created,
+                                                                    Sampler.id < last_id)))
+    rows = list(session.execute(query.order_by(Sampler.created_at.desc(), Sampler.id.desc())
+                                .limit(size + 1)).scalars())
+    page = rows[:size]
+    token = (encode_token(settings.resolved_secret_key(), page[-1].created_at, page[-1].id, {"kind": "samplers"})
+             if len(rows) > size else None)
+    return SamplerList(samplers=[sampler_out(s, sampler_artifacts(session, s.id)) for s in page],
+                       next_page_token=token)
+
+
+@router.get("/{sampler_id}", response_model=SamplerOut)
+def get_sampler(sampler_id: str, session: SessionDep, tenant: CurrentTenant) -> SamplerOut:
+    sampler = owned_sampler(session, tenant, sampler_id)
+    return sampler_out(sampler, sampler_artifacts(session, sampler.id))
+
+
+@router.get("/{sampler_id}/download", responses={200: {"content": {ZIP_MEDIA_TYPE: {}, ONNX_MEDIA_TYPE: {}}}})
+def download_sampler(sampler_id: str, session: SessionDep, tenant: CurrentTenant, store: StoreDep,
+                     format: Annotated[str, Query(description="safetensors | onnx")] = "safetensors") -> Response:
+    sampler = owned_sampler(session, tenant, sampler_id)
+    roles = {"safetensors": ("weights", ZIP_MEDIA_TYPE, "zip"), "onnx": ("onnx", ONNX_MEDIA_TYPE, "onnx")}
+    if format not in roles:
+        raise Problem(422, "format_invalid", "format must be 'safetensors' (a zip of config.json and "
+                      "weights.safetensors) or 'onnx'")
+    role, media_type, suffix = roles[format]
+    artifact = sampler_artifacts(session, sampler.id).get(role)
+    if artifact is None:
+        raise Problem(404, "not_found", f"this sampler has no {format} artifact")
+    return Response(store.get(artifact.path), media_type=media_type, headers={
+        "Content-Disposition": f'attachment; filename="{sampler.id}.{suffix}"',
+        "X-Content-SHA256": artifact.sha256})
+
+
+@router.post("/{sampler_id}/sample", responses={200: {"content": {"application/json": {}, "application/x-npy": {}}}})
+def sample(sampler_id: str, body: SampleRequest, request: Request, session: SessionDep, tenant: CurrentTenant,
+           settings: SettingsDep, store: StoreDep) -> Response:
+    choose_array_format(request)  # 406 before any work
+    if body.n > settings.max_sample_n:
+        raise Problem(413, "limit_exceeded", f"n {body.n} is over the cap of {settings.max_sample_n} draws per request")
+    sampler = owned_sampler(session, tenant, sampler_id)
+    weights = sampler_artifacts(session, sampler.id).get("weights")
+    if weights is None:
+        raise Problem(404, "not_found", "this sampler has no stored weights")
+
+    def load() -> Any:
+        from inference_core.samplers import load as load_sampler
+
+        return load_sampler(store.get(weights.path))
+
+    generator = request.app.state.sampler_cache.get(weights.sha256, load)
+    draws = generator.sample(body.n, body.seed)
+    return array_response(request, draws.numpy(), "samples", extra={"seed": body.seed})
+
+
+@router.delete("/{sampler_id}", status_code=204)
+def delete_sampler(sampler_id: str, request: Request, session: SessionDep, tenant: CurrentTenant,
+                   store: StoreDep) -> Response:
+    sampler = owned_sampler(session, tenant, sampler_id)
+    artifacts = sampler_artifacts(session, sampler.id)
+    session.execute(delete(Sampler).where(Sampler.id == sampler.id, Sampler.tenant_id == tenant))
+    session.commit()
+    for artifact in artifacts.values():
+        request.app.state.sampler_cache.discard(artifact.sha256)
+        store.delete_prefix(artifact.path)
+    store.delete_prefix(f"samplers/{sampler.id}")
+    return Response(status_code=204)
