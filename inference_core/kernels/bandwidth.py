@@ -1,0 +1,319 @@
+"""Bandwidth rules for k(x, y) = exp(-||x - y||² / h): the median heuristic at scale, fixed, scaled, running
+average (notes §3). Each rule is a small callable object (as NumPyro's injected bandwidth): `rule(X) -> h`,
+a detached 0-dim tensor in X's dtype and device, plus `state_dict()`/`load_state_dict()` for checkpoints.
+
+Median convention (numpy's): the median of an even count is the mean of the two middle order statistics.
+Selection is O(N) (numpy's introselect on CPU, `kthvalue` elsewhere); never a full sort and never
+`torch.quantile`, which sorts everything and refuses more than 2^24 elements on older torch.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from inference_core.kernels import chunked, dense
+from inference_core.kernels.common import centre, check_points, resolve_memory_budget
+from inference_core.schemas.kernels import BandwidthOptions
+
+DIVISORS: tuple[str, ...] = ("log_n", "log_n_plus_1", "log_n_squared", "none")
+MEDIAN_METHODS: tuple[str, ...] = ("auto", "exact", "subsample")
+#: `method="auto"` is exact up to this many particles, subsampled beyond.
+AUTO_EXACT_MAX_N = 4096
+#: The exact median materialises n² squared distances; refuse beyond this many (512 MiB in float32).
+EXACT_MAX_ENTRIES = 2**27
+
+
+def divisor_value(divisor: str, n: int) -> float:
+    """log n, log(n + 1), log(n²) = 2 log n, or 1 — the denominator of the median heuristic."""
+    if divisor == "log_n":
+        return math.log(n)
+    if divisor == "log_n_plus_1":
+        return math.log(n + 1)
+    if divisor == "log_n_squared":
+        return 2.0 * math.log(n)
+    if divisor == "none":
+        return 1.0
+    raise ValueError(f"divisor must be one of {DIVISORS}, got {divisor!r}")
+
+
+def _select_median(values: Tensor, count: int) -> float:
+    """Median (numpy convention) of the `count` smallest entries of `values` (the rest are +inf padding).
+
+    `values` is a scratch tensor: on CPU it is partitioned in place (no copy, no fresh pages to fault in).
+    """
+    lo, hi = (count - 1) // 2, count // 2
+    if values.device.type == "cpu":
+        if values.dtype not in (torch.float32, torch.float64):
+            values = values.float()
+        flat = values.detach().reshape(-1).numpy()
+        # One introselect at `hi`; the (hi-1)-th order statistic is then the max of the left part
+        # (numpy's multi-kth partition is several times slower than this).
+        flat.partition(hi)
+        below = float(flat[hi]) if lo == hi else float(flat[:hi].max())
+        return 0.5 * (below + float(flat[hi]))
+    a = float(torch.kthvalue(values.reshape(-1), lo + 1).values)
+    b = a if hi == lo else float(torch.kthvalue(values.reshape(-1), hi + 1).values)
+    return 0.5 * (a + b)
+
+
+@functools.lru_cache(maxsize=16)
+def subsample_indices(n: int, size: int, seed: int) -> Tensor:
+    """The fixed subset of `size` particle indices for (n, seed): a seeded CPU permutation, sorted."""
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randperm(n, generator=generator)[:size].sort().values
+
+
+def median_sq_dist(
+    X: Tensor,
+    *,
+    include_diagonal: bool = False,
+    method: str = "auto",
+    subsample_size: int = 2048,
+    seed: int = 0,
+    backend: str = "auto",
+    memory_budget: int | None = None,
+) -> float:
+    """Median of the squared pairwise distances of X (a Python float, float64 arithmetic).
+
+    `include_diagonal=False`: over the n(n-1)/2 distinct pairs. `True`: over the full n×n matrix with its
+    zero diagonal (the convention of Liu & Wang's code, ALF and NumPyro). `method`: `exact`, `subsample`
+    (all pairs of a fixed seeded subset of `subsample_size` particles, deterministic given `seed`), or `auto`
+    (exact up to 4096 particles). `backend="dense"` forms distances by direct differences, anything else by
+    the centred Gram form in row blocks (selection has no fused kernel: `triton` uses the same path).
+    """
+    check_points("X", X)
+    if method not in MEDIAN_METHODS:
+        raise ValueError(f"method must be one of {MEDIAN_METHODS}, got {method!r}")
+    if isinstance(subsample_size, bool) or not isinstance(subsample_size, int) or subsample_size < 2:
+        raise ValueError(f"subsample_size must be an integer >= 2, got {subsample_size!r}")
+    n = X.shape[0]
+    if method == "auto":
+        method = "exact" if n <= AUTO_EXACT_MAX_N else "subsample"
+    with torch.no_grad():
+        x = X.detach()
+        if method == "subsample" and n > subsample_size:
+            x = x[subsample_indices(n, subsample_size, seed).to(x.device)]
+        k = x.shape[0]
+        if k * k > EXACT_MAX_ENTRIES:
+            raise ValueError(
+                f"the exact median over {k} particles needs {k}² distances; use method='subsample' "
+                "(rule 'median_subsampled') for this many particles"
+            )
+        if k < 2 and not include_diagonal:
+            return 0.0
+        xc, _ = centre(x)
+        budget = resolve_memory_budget(memory_budget)
+        dist = dense.sq_dists(xc, xc, budget) if backend == "dense" else chunked.sq_dists(xc, xc, True, budget)
+        if include_diagonal:
+            return _select_median(dist, k * k)
+        dist.diagonal().fill_(float("inf"))
+        # Each distinct pair appears twice off the diagonal; the median of that doubled multiset equals the
+        # median of the n(n-1)/2 distinct values, so no triangle gather is needed.
+        return _select_median(dist, k * (k - 1))
+
+
+def bandwidth_from_median(median: float, divisor: str, n: int, like: Tensor) -> Tensor:
+    """h = median / divisor(n), or 1 when the median is 0 (all particles equal) or n = 1."""
+    div = divisor_value(divisor, n)
+    h = median / div if (median > 0 and div > 0) else 1.0
+    return torch.tensor(h, dtype=like.dtype, device=like.device)
+
+
+def median_heuristic(
+    X: Tensor,
+    *,
+    divisor: str = "log_n",
+    include_diagonal: bool = False,
+    method: str = "auto",
+    subsample_size: int = 2048,
+    seed: int = 0,
+    backend: str = "auto",
+    memory_budget: int | None = None,
+) -> Tensor:
+    """h = med(||x_i - x_j||²) / divisor(n), the median heuristic of SVGD (Liu & Wang 2016, §5) for
+    k = exp(-r²/h); h = 1 if the median is 0. A detached 0-dim tensor (X's dtype and device).
+
+    The divisor always uses the full n, also when the median is subsampled. See `median_sq_dist` for the
+    options.
+    """
+    divisor_value(divisor, 2)  # validates the name
+    median = median_sq_dist(
+        X,
+        include_diagonal=include_diagonal,
+        method=method,
+        subsample_size=subsample_size,
+        seed=seed,
+        backend=backend,
+        memory_budget=memory_budget,
+    )
+    return bandwidth_from_median(median, divisor, X.shape[0], X)
+
+
+class BandwidthRule:
+    """`rule(X) -> h` (detached 0-dim tensor); stateless unless it says otherwise."""
+
+    name = "rule"
+
+    def __call__(self, X: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state:
+            raise ValueError(f"bandwidth rule {self.name!r} is stateless, got state keys {sorted(state)}")
+
+
+class MedianRule(BandwidthRule):
+    """The median heuristic (exact, or over a fixed seeded subsample)."""
+
+    def __init__(
+        self,
+        *,
+        divisor: str = "log_n",
+        include_diagonal: bool = False,
+        subsampled: bool = False,
+        subsample_size: int = 2048,
+        seed: int = 0,
+        backend: str = "auto",
+        memory_budget: int | None = None,
+    ):
+        divisor_value(divisor, 2)
+        self.name = "median_subsampled" if subsampled else "median"
+        self.divisor = divisor
+        self.include_diagonal = include_diagonal
+        self.method = "subsample" if subsampled else "exact"
+        self.subsample_size = subsample_size
+        self.seed = seed
+        self.backend = backend
+        self.memory_budget = memory_budget
+
+    def __call__(self, X: Tensor) -> Tensor:
+        return median_heuristic(
+            X,
+            divisor=self.divisor,
+            include_diagonal=self.include_diagonal,
+            method=self.method,
+            subsample_size=self.subsample_size,
+            seed=self.seed,
+            backend=self.backend,
+            memory_budget=self.memory_budget,
+        )
+
+
+class FixedRule(BandwidthRule):
+    name = "fixed"
+
+    def __init__(self, value: float):
+        if isinstance(value, bool) or not isinstance(value, int | float) or not (0 < value < math.inf):
+            raise ValueError(f"a fixed bandwidth must be a finite number > 0, got {value!r}")
+        self.value = float(value)
+
+    def __call__(self, X: Tensor) -> Tensor:
+        return torch.tensor(self.value, dtype=X.dtype, device=X.device)
+
+
+class ScaledRule(BandwidthRule):
+    """factor × another rule (default: the median heuristic)."""
+
+    name = "scaled"
+
+    def __init__(self, factor: float, base: BandwidthRule):
+        if isinstance(factor, bool) or not isinstance(factor, int | float) or not (0 < factor < math.inf):
+            raise ValueError(f"the bandwidth factor must be a finite number > 0, got {factor!r}")
+        self.factor = float(factor)
+        self.base = base
+
+    def __call__(self, X: Tensor) -> Tensor:
+        return self.base(X) * self.factor
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.base.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.base.load_state_dict(state)
+
+
+class RunningAverageRule(BandwidthRule):
+    """Exponential moving average of another rule: h_t = m·h_{t-1} + (1 - m)·base_t, h_0 = base_0.
+
+    The average is kept as a Python float (float64) so checkpoints round-trip bit-identically, whatever the
+    device or dtype of the particles; `state_dict()` = {"value": float | None, "steps": int}.
+    """
+
+    name = "running_average"
+
+    def __init__(self, base: BandwidthRule, momentum: float):
+        if isinstance(momentum, bool) or not isinstance(momentum, int | float) or not (0 <= momentum < 1):
+            raise ValueError(f"momentum must be in [0, 1), got {momentum!r}")
+        self.base = base
+        self.momentum = float(momentum)
+        self.value: float | None = None
+        self.steps = 0
+
+    def __call__(self, X: Tensor) -> Tensor:
+        current = float(self.base(X))
+        if self.value is None:
+            self.value = current
+        else:
+            self.value = self.momentum * self.value + (1.0 - self.momentum) * current
+        self.steps += 1
+        return torch.tensor(self.value, dtype=X.dtype, device=X.device)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"value": self.value, "steps": self.steps, "base": self.base.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        expected = {"value", "steps", "base"}
+        if set(state) != expected:
+            raise ValueError(f"running_average state must have keys {sorted(expected)}, got {sorted(state)}")
+        value, steps = state["value"], state["steps"]
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise ValueError(f"running_average state 'value' must be a float or None, got {value!r}")
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+            raise ValueError(f"running_average state 'steps' must be an integer >= 0, got {steps!r}")
+        self.base.load_state_dict(state["base"])
+        self.value = None if value is None else float(value)
+        self.steps = steps
+
+
+def bandwidth_rule_from_options(
+    options: BandwidthOptions, *, backend: str = "auto", memory_budget: int | None = None
+) -> BandwidthRule:
+    """The rule a `BandwidthOptions` schema describes (see its docstring for the semantics)."""
+    if not isinstance(options, BandwidthOptions):
+        raise ValueError(f"options must be BandwidthOptions, got {type(options).__name__}")
+
+    def median(subsampled: bool) -> MedianRule:
+        return MedianRule(
+            divisor=options.divisor,
+            include_diagonal=options.include_diagonal,
+            subsampled=subsampled,
+            subsample_size=options.subsample_size,
+            seed=options.seed,
+            backend=backend,
+            memory_budget=memory_budget,
+        )
+
+    def simple(name: str) -> BandwidthRule:
+        if name == "median":
+            return median(False)
+        if name == "median_subsampled":
+            return median(True)
+        if name == "scaled":
+            return ScaledRule(options.factor, median(False))
+        if name == "fixed":
+            if options.value is None:
+                raise ValueError("rule 'fixed' needs a bandwidth value")
+            return FixedRule(options.value)
+        raise ValueError(f"unknown bandwidth rule {name!r}")
+
+    if options.rule == "running_average":
+        return RunningAverageRule(simple(options.average_of), options.momentum)
+    return simple(options.rule)
