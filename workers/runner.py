@@ -6,7 +6,6 @@ this one stops at the next step boundary without writing anything.
 
 from __future__ import annotations
 
-import io
 import logging
 import math
 import os
@@ -16,13 +15,13 @@ import time
 import uuid
 from typing import Any
 
-import numpy as np
-
 from app.data import jobs as job_state
+from app.data.arrays import npy_bytes
 from app.data.datasets import dataset_loader
-from app.data.jobs import Lease, new_id
+from app.data.jobs import Lease
 from app.data.models import Artifact, Job, Sampler
 from app.data.queue import enqueue_job
+from app.data.samplers import artifact_row, store_sampler
 from inference_core import errors
 from inference_core.methods.base import Method
 from inference_core.serialization import state_from_bytes, state_to_bytes
@@ -46,6 +45,9 @@ def clean_metrics(metrics: dict[str, Any]) -> dict[str, float | None]:
             continue
         out[name] = number if math.isfinite(number) else None
     return out
+
+
+CHECKPOINT_MEDIA_TYPE = "application/vnd.parvis.checkpoint+safetensors"
 
 
 def checkpoint_key(job_id: str) -> str:
@@ -148,25 +150,11 @@ class ServiceHooks(RunHooks):
         self.flush(self.progress(step))
         with self.context.sessions() as session:
             if job_state.record_checkpoint(session, self.lease, step):
-                upsert_artifact(session, self.lease.job_id, self.tenant_id, "checkpoint", blob,
-                                "application/vnd.parvis.checkpoint+safetensors")
+                job_state.add_artifact(session, artifact_row(blob, self.tenant_id, "checkpoint", CHECKPOINT_MEDIA_TYPE,
+                                                             job_id=self.lease.job_id))
+                session.commit()
             else:
                 self.heartbeat.lost.set()
-
-
-def upsert_artifact(session: Any, job_id: str, tenant_id: str, role: str, blob: Any, media_type: str) -> None:
-    from sqlalchemy import delete
-
-    session.execute(delete(Artifact).where(Artifact.job_id == job_id, Artifact.role == role))
-    session.add(Artifact(id=new_id("art"), tenant_id=tenant_id, job_id=job_id, role=role, path=blob.key,
-                         sha256=blob.sha256, size_bytes=blob.size_bytes, media_type=media_type))
-    session.commit()
-
-
-def _npy(array: np.ndarray) -> bytes:
-    buffer = io.BytesIO()
-    np.save(buffer, np.ascontiguousarray(array, dtype=np.float32), allow_pickle=False)
-    return buffer.getvalue()
 
 
 def run_job_by_id(job_id: str) -> None:
@@ -238,35 +226,21 @@ class JobExecution:
                 logger.info("job %s preempted at step %d and requeued", self.job.id, result.steps_completed)
         else:
             particles = result.particles.detach().cpu().numpy()
-            blob = self.context.store.put(f"jobs/{self.job.id}/particles.npy", _npy(particles))
-            artifacts = [self._artifact(blob, "particles", "application/x-npy", job_id=self.job.id)]
+            blob = self.context.store.put(f"jobs/{self.job.id}/particles.npy", npy_bytes(particles))
+            artifacts = [artifact_row(blob, self.job.tenant_id, "particles", "application/x-npy", job_id=self.job.id)]
             sampler = self._store_sampler(result, artifacts)
             hooks.latest.update(clean_metrics(result.final_metrics))
             self._finish(hooks, "succeeded", artifacts=artifacts, sampler=sampler)
 
-    def _artifact(self, blob: Any, role: str, media_type: str, *, job_id: str | None = None,
-                  sampler_id: str | None = None) -> Artifact:
-        return Artifact(id=new_id("art"), tenant_id=self.job.tenant_id, job_id=job_id, sampler_id=sampler_id,
-                        role=role, path=blob.key, sha256=blob.sha256, size_bytes=blob.size_bytes,
-                        media_type=media_type)
-
     def _store_sampler(self, result: RunResult, artifacts: list[Artifact]) -> Sampler | None:
-        """A generative method's trained generator: zip (config.json + weights.safetensors) and ONNX."""
+        """A generative method's trained generator, stored next to the job's particles."""
         trained = result.method.sampler()
         if trained is None:
             return None
-        sampler_id = new_id("smp")
-        store = self.context.store
-        weights = store.put(f"samplers/{sampler_id}/sampler.zip", trained.to_zip_bytes())
-        artifacts.append(self._artifact(weights, "weights", "application/zip", sampler_id=sampler_id))
-        try:
-            onnx = store.put(f"samplers/{sampler_id}/sampler.onnx", trained.to_onnx_bytes())
-            artifacts.append(self._artifact(onnx, "onnx", "application/onnx", sampler_id=sampler_id))
-        except Exception:  # noqa: BLE001 - the safetensors sampler is the product; ONNX is a convenience
-            logger.warning("job %s: ONNX export failed; the sampler is stored without it", self.job.id,
-                           exc_info=True)
-        return Sampler(id=sampler_id, tenant_id=self.job.tenant_id, job_id=self.job.id, method=self.job.method,
-                       config=trained.config)
+        record, rows = store_sampler(self.context.store, trained, tenant_id=self.job.tenant_id,
+                                     job_id=self.job.id, method=self.job.method)
+        artifacts.extend(rows)
+        return record
 
     def _finish(self, hooks: ServiceHooks, status: str, *, error: tuple[str, str] | None = None,
                 artifacts: list[Artifact] = (), sampler: Sampler | None = None) -> None:  # type: ignore[assignment]

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import io
-
 import numpy as np
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
 from app.api.problems import Problem
+from app.data.arrays import load_npy, npy_bytes
+
+__all__ = ["NPY", "JSON", "array_response", "choose_array_format", "load_npy", "npy_bytes"]
 
 NPY = "application/x-npy"
 JSON = "application/json"
@@ -42,16 +43,6 @@ def choose_array_format(request: Request) -> str:
     if best is None:
         raise Problem(406, "not_acceptable", f"can answer with {JSON} or {NPY}, not {header!r}")
     return best[1]
-
-
-def npy_bytes(array: np.ndarray) -> bytes:
-    buffer = io.BytesIO()
-    np.save(buffer, np.ascontiguousarray(array, dtype=np.float32), allow_pickle=False)
-    return buffer.getvalue()
-
-
-def load_npy(data: bytes) -> np.ndarray:
-    return np.load(io.BytesIO(data), allow_pickle=False)
 
 
 def array_response(request: Request, array: np.ndarray, key: str, extra: dict | None = None) -> Response:

@@ -161,11 +161,16 @@ def finish_job(
         session.add(sampler)
         session.flush()
     for artifact in artifacts:
-        if artifact.job_id is not None:  # a job has one artifact per role; replace an earlier one
-            session.execute(delete(Artifact).where(Artifact.job_id == artifact.job_id, Artifact.role == artifact.role))
-        session.add(artifact)
+        add_artifact(session, artifact)
     session.commit()
     return True
+
+
+def add_artifact(session: Session, artifact: Artifact) -> None:
+    """Add an artifact row; a job has one artifact per role, so a job artifact replaces an earlier one."""
+    if artifact.job_id is not None:
+        session.execute(delete(Artifact).where(Artifact.job_id == artifact.job_id, Artifact.role == artifact.role))
+    session.add(artifact)
 
 
 def release_job(session: Session, lease: Lease) -> bool:

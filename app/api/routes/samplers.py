@@ -16,11 +16,9 @@ from app.api.negotiation import array_response, choose_array_format
 from app.api.pagination import clamp_page_size, decode_token, encode_token
 from app.api.problems import Problem, not_found
 from app.data.models import Artifact, Sampler
+from app.data.samplers import ONNX_MEDIA_TYPE, ZIP_MEDIA_TYPE
 
 router = APIRouter(prefix="/v1/samplers", tags=["samplers"])
-
-ZIP_MEDIA_TYPE = "application/zip"
-ONNX_MEDIA_TYPE = "application/onnx"
 
 
 class ArtifactOut(BaseModel):
@@ -68,11 +66,11 @@ def sampler_artifacts(session: Session, sampler_id: str) -> dict[str, Artifact]:
 
 def sampler_out(sampler: Sampler, artifacts: dict[str, Artifact]) -> SamplerOut:
     config = sampler.config
-    architecture = config.get("architecture", {})
+    generator = config.get("generator", {})
     return SamplerOut(
         id=sampler.id, job_id=sampler.job_id, method=sampler.method, target=config.get("target", {}),
-        dim=int(architecture.get("output_dim", config.get("target", {}).get("dim", 0))),
-        noise_dim=architecture.get("noise_dim"), config=config,
+        dim=int(generator.get("output_dim", config.get("target", {}).get("dim", 0))),
+        noise_dim=generator.get("noise_dim"), config=config,
         artifacts=[ArtifactOut(role=a.role, media_type=a.media_type, sha256=a.sha256, size_bytes=a.size_bytes)
                    for a in sorted(artifacts.values(), key=lambda a: a.role)],
         created_at=sampler.created_at,
