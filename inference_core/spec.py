@@ -28,7 +28,18 @@ class Limits:
 
 
 class EvalSpec(StrictModel):
+    """Diagnostics every `every` steps and at the end (inference_core.metrics.evaluation has the detail)."""
+
     every: int | None = Field(default=None, ge=1, description="diagnostics every this many steps")
+    ksd: bool = Field(default=True, description="KSD² (U-statistic) with the IMQ kernel c = 1, β = -1/2")
+    ksd_bandwidth: Literal["fixed", "median"] = Field(
+        default="fixed", description="IMQ h: fixed h = 1 (Gorham & Mackey), or the particles' median heuristic"
+    )
+    mmd: bool = Field(default=True, description="MMD² to exact reference draws, where the target has a sampler")
+    mmd_reference_samples: int = Field(default=1000, ge=2, le=100_000, description="reference draws (cached)")
+    reference_seed: int = Field(default=0, ge=0, lt=2**63, description="seed of the reference draws/subsample")
+    max_particles: int = Field(default=2000, ge=2, le=100_000,
+                               description="O(n²) diagnostics use at most this many particles (fixed subsample)")
 
 
 class JobSpec(StrictModel):

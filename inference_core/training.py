@@ -18,8 +18,8 @@ from torch import Tensor
 from inference_core import errors
 from inference_core.catalog import METHODS, resolve
 from inference_core.methods.base import DTYPES, Method
-from inference_core.metrics.moments import cov_error_relative, mean_error
-from inference_core.spec import JobSpec, Limits, validate_job_spec
+from inference_core.metrics.evaluation import Evaluator
+from inference_core.spec import EvalSpec, JobSpec, Limits, validate_job_spec
 from inference_core.targets import BuildContext, build_target
 
 
@@ -88,18 +88,11 @@ def check_target_finite(method: Method) -> None:
         )
 
 
-def evaluate(method: Method) -> dict[str, float]:
-    """Diagnostics against the target's exact reference, where it has one."""
-    reference = method.target.reference()
-    if reference is None:
-        return {}
-    x = method.particles()
-    metrics: dict[str, float] = {}
-    if reference.mean is not None:
-        metrics["mean_error"] = mean_error(x, reference.mean)
-    if reference.cov is not None:
-        metrics["cov_error_rel"] = cov_error_relative(x, reference.cov)
-    return metrics
+def evaluate(method: Method, spec: EvalSpec | None = None, evaluator: Evaluator | None = None) -> dict[str, float]:
+    """Diagnostics of the particles (inference_core.metrics.evaluation): moment errors against the target's
+    exact reference where it has one, IMQ KSD², and MMD² to cached exact reference draws where it has a
+    sampler. Pass the run's `evaluator` to reuse its cached reference draws."""
+    return (evaluator or Evaluator(spec))(method)
 
 
 def run(
@@ -121,6 +114,7 @@ def run(
     hooks.on_start(method, job.steps)
     stopped: str | None = None
     eval_every = job.eval.every
+    evaluator = Evaluator(job.eval)
     while method.step_count < job.steps:
         stopped = hooks.should_stop()
         if stopped:
@@ -128,11 +122,11 @@ def run(
         metrics = method.step()
         step = method.step_count
         if eval_every and step % eval_every == 0:
-            metrics.update(evaluate(method))
+            metrics.update(evaluate(method, evaluator=evaluator))
         hooks.on_step(step, job.steps, metrics)
         if step % job.metrics_interval == 0 or step == job.steps:
             hooks.on_metrics(step, metrics)
         if step % job.checkpoint_interval == 0 and step < job.steps:
             hooks.save_checkpoint(step, method.state_dict())
-    final = evaluate(method) if stopped is None else {}
+    final = evaluate(method, evaluator=evaluator) if stopped is None else {}
     return RunResult(method, method.step_count, stopped, final, time.perf_counter() - started)

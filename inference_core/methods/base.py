@@ -12,7 +12,9 @@ import torch
 from torch import Tensor
 
 from inference_core import errors
+from inference_core.kernels import Kernel, bandwidth_rule_from_options, kernel_from_options
 from inference_core.methods.optim import build_optimizer
+from inference_core.schemas.kernels import KernelOptions
 from inference_core.schemas.methods import InitOptions, ParticleMethodOptions
 from inference_core.seeding import derive_seed, per_particle_normal
 from inference_core.targets.base import Target
@@ -137,3 +139,35 @@ class ParticleMethod(Method):
 
     def load_extra_state(self, state: dict[str, Any]) -> None:
         return None
+
+
+class KernelParticleMethod(ParticleMethod):
+    """A particle method with one kernel from `options.kernel` (RBF or IMQ, `kernel_from_options`), its
+    bandwidth rule (checkpointed: a running-average rule has state) and its backend/precision."""
+
+    def __init__(self, target: Target, options: ParticleMethodOptions, num_particles: int, seed: int,
+                 device: torch.device):
+        super().__init__(target, options, num_particles, seed, device)
+        kernel_options = self.kernel_options
+        if not isinstance(kernel_options, KernelOptions):
+            raise ValueError(f"{type(self).__name__} needs options with a `kernel` (KernelOptions)")
+        self.bandwidth_rule = bandwidth_rule_from_options(kernel_options.bandwidth, backend=kernel_options.backend)
+
+    @property
+    def kernel_options(self) -> KernelOptions:
+        return self.options.kernel  # type: ignore[attr-defined]
+
+    def kernel(self, h: float | Tensor) -> Kernel:
+        """The kernel object with bandwidth h (RBF exp(-r²/h) or IMQ (c² + r²/h)^β)."""
+        return kernel_from_options(self.kernel_options, h)
+
+    @property
+    def pairwise(self) -> dict[str, str]:
+        """backend/precision keyword arguments of the pairwise primitives."""
+        return {"backend": self.kernel_options.backend, "precision": self.kernel_options.precision}
+
+    def extra_state(self) -> dict[str, Any]:
+        return {"bandwidth_rule": self.bandwidth_rule.state_dict()}
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        self.bandwidth_rule.load_state_dict(state.get("bandwidth_rule", {}))

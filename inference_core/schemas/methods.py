@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from inference_core.schemas.common import StrictModel
-from inference_core.schemas.kernels import KernelOptions
+from inference_core.schemas.kernels import BandwidthOptions, KernelOptions
 
 
 class OptimizerOptions(StrictModel):
@@ -41,3 +41,115 @@ class ParticleMethodOptions(StrictModel):
 
 class SVGDOptions(ParticleMethodOptions):
     kernel: KernelOptions = Field(default_factory=KernelOptions)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Kernel defaults of the reference implementations (notes: function_space_and_speedup_references.md,
+# gpvi_reference_implementation.md). Each is only a default: every field of `kernel` can be set in a spec.
+
+
+def _alf_kernel() -> KernelOptions:
+    """ALF's ParVIAlgorithm rule (GFSF): median over all n² squared distances, diagonal included, / log n."""
+    return KernelOptions(bandwidth=BandwidthOptions(divisor="log_n", include_diagonal=True))
+
+
+def _fpovi_kernel() -> KernelOptions:
+    """thu-ml/fpovi's rule (w-SGLD-B, pi-SGLD): exp(-d² log(n+1)/med), med over the full n×n matrix."""
+    return KernelOptions(bandwidth=BandwidthOptions(divisor="log_n_plus_1", include_diagonal=True))
+
+
+class GFSFOptions(ParticleMethodOptions):
+    """GFSF (Liu et al. 2019): φ = ∇log p + (K + εI)⁻¹ Σ_j ∇_{x_j} k(x_j, ·)."""
+
+    kernel: KernelOptions = Field(default_factory=_alf_kernel)
+    eps: float = Field(default=1e-5, gt=0, le=1e3, description="ε of the regularised solve (K + εI)⁻¹ (ALF: 1e-5)")
+    solve_method: Literal["auto", "cholesky", "cg"] = Field(
+        default="auto", description="kernel_solve method: float64 Cholesky up to 8192 particles (auto), or CG"
+    )
+
+
+class WSGLDOptions(ParticleMethodOptions):
+    """w-SGLD-B (Chen et al. 2018; f-POVI Table 1), deterministic blob update."""
+
+    kernel: KernelOptions = Field(default_factory=_fpovi_kernel)
+
+
+class PiSGLDOptions(WSGLDOptions):
+    """pi-SGLD = (w-SGLD-B + SVGD) / 2 with one kernel (f-POVI Table 1; thu-ml/fpovi)."""
+
+
+class CriticOptions(StrictModel):
+    """The KSD critic f: R^d → R^d, an MLP without BatchNorm (BatchNorm couples the particles and biases the
+    Hutchinson trace; notes/gpvi_reference_implementation.md)."""
+
+    hidden: list[int] = Field(default_factory=lambda: [100, 100], min_length=1, max_length=8,
+                              description="hidden widths (GPVI BLR: [100]; ALF default [100, 100])")
+    activation: Literal["relu", "tanh", "softplus", "silu"] = "relu"
+    lr: float = Field(default=1e-3, gt=0, le=10, description="critic Adam learning rate")
+    l2_weight: float = Field(default=10.0, ge=0, le=1e6, description="weight of E||f||² in the critic loss")
+    steps: int = Field(default=2, ge=1, le=100, description="critic updates per particle step (ALF default 2)")
+    trace: Literal["auto", "exact", "hutchinson"] = Field(
+        default="auto", description="tr ∇f: exact (d backward passes) or Hutchinson (one Gaussian probe); "
+        "auto = exact for d ≤ 16"
+    )
+
+    @field_validator("hidden")
+    @classmethod
+    def _widths(cls, value: list[int]) -> list[int]:
+        if any(w < 1 or w > 4096 for w in value):
+            raise ValueError("critic hidden widths must be between 1 and 4096")
+        return value
+
+
+class KSDOptions(ParticleMethodOptions):
+    """Stein discrepancy with a learned critic ("minmax"; Hu et al. 2018, Grathwohl et al. 2020)."""
+
+    critic: CriticOptions = Field(default_factory=CriticOptions)
+
+
+class SpeedupBandwidthOptions(StrictModel):
+    """Bandwidth of the speed-up methods.
+
+    `cross_median` (default, Kang's code): h = median of the n×m squared distances between all n particles
+    and the m subset/induced points, divided by `divisor`(n) with the FULL n (default log(n + 1)); h = 1 if
+    that median is 0. The paper's exp(-d²/2h̃²) with h̃² = 0.5·med/log(n+1) is our exp(-d²/h), h = 2h̃².
+    `kernel`: the rule of `kernel.bandwidth` applied to all n particles (O(n²) unless median_subsampled/fixed).
+    """
+
+    source: Literal["cross_median", "kernel"] = "cross_median"
+    divisor: Literal["log_n", "log_n_plus_1", "log_n_squared", "none"] = "log_n_plus_1"
+
+
+class SubsetOptions(ParticleMethodOptions):
+    """Random-subset SVGD (Kang, "Speedup methods for SVGD", Alg. 2)."""
+
+    kernel: KernelOptions = Field(default_factory=KernelOptions)
+    subset_size: int = Field(default=20, ge=1, le=100_000, description="m: subset / induced points per step")
+    bandwidth: SpeedupBandwidthOptions = Field(default_factory=SpeedupBandwidthOptions)
+
+
+class SubsetCFOptions(SubsetOptions):
+    """Random-subset SVGD with control-functional weights (Alg. 3; Oates et al. 2017 simplified estimator)."""
+
+    lambda_min: float = Field(default=1e-8, gt=0, le=1, description="first λ tried (then ×10)")
+    max_condition: float = Field(default=1e11, gt=1, le=1e16, description="accept λ once cond₂(K₀+λI) < this")
+
+
+class InducedOptions(SubsetOptions):
+    """Random induced-points SVGD (Alg. 4, eq. 13)."""
+
+
+class InducedAdversarialOptions(SubsetOptions):
+    """Adversarial induced-points SVGD (Alg. 5, eqs. 14-18)."""
+
+    ascent_steps: int = Field(default=10, ge=0, le=1000, description="L: ascent steps on (Y, log h) per step")
+    repulsion: float = Field(default=0.1, ge=0, le=1e6, description="α of the repulsion on Y (eq. 16)")
+    u_statistic: bool = Field(default=True, description="U-statistic (eqs. 17-18) instead of the V-statistic")
+    update: Literal["both", "points", "bandwidth"] = Field(default="both", description="what the ascent moves")
+    batched: bool = Field(default=False, description="ascent on a random particle subset (with replacement)")
+    batch_size: int | None = Field(default=None, ge=2, le=100_000,
+                                   description="particles in that subset (default: subset_size)")
+    ascent_lr: float | None = Field(default=None, gt=0, le=100,
+                                    description="AdaGrad-momentum step of Y and log h (default: the particle lr)")
+    ascent_alpha: float = Field(default=0.9, gt=0, lt=1, description="AdaGrad-momentum history decay")
+    ascent_eps: float = Field(default=1e-6, gt=0, description="AdaGrad-momentum fudge")

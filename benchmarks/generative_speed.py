@@ -1,0 +1,211 @@
+"""Speed of the generative methods on the CPU; writes the `## Generative methods (CPU)` section of
+docs/benchmarks.md (only that section is replaced).
+
+    nice -n 10 python benchmarks/generative_speed.py            # full
+    python benchmarks/generative_speed.py --quick               # fewer repeats (a smoke run)
+
+1. `Sampler.sample(10000, seed)` for a trained 2-D GPVI generator (MLP 2→64→64→2, ReLU): median over repeats;
+   also `load(zip)` + sample, and the ONNX graph under onnxruntime on the same noise, if installed.
+2. Training-step time of GPVI (pairwise helper, matrix helper, exact solve) against amortised SVGD on the same
+   generator and target, measured side by side in one run: the methods take turns, `--block` steps each, for
+   `--rounds` rounds; the median per-step time of each method's blocks and its ratio to amortised SVGD.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from inference_core.samplers import load  # noqa: E402
+from inference_core.spec import validate_job_spec  # noqa: E402
+from inference_core.training import build_method  # noqa: E402
+
+SECTION = "Generative methods (CPU)"
+DOC = ROOT / "docs" / "benchmarks.md"
+GOAL_RATIO = 1.5
+
+
+def bnn_dataset(n: int = 200, p: int = 8, seed: int = 0) -> dict[str, Any]:
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, p))
+    y = np.sin(X[:, 0]) + 0.1 * rng.normal(size=n)
+    return {"X": X.tolist(), "y": y.tolist()}
+
+
+CONFIGS: list[dict[str, Any]] = [
+    {"name": "2-D Gaussian, linear generator (Table 1 setting)",
+     "target": {"kind": "gaussian", "mean": [0.0, 0.0], "cov": [[1.0, 0.5], [0.5, 2.0]]},
+     "generator": {"hidden": []}},
+    {"name": "2-D banana, MLP generator 2→64→64→2 (k = d, no λ)",
+     "target": {"kind": "banana", "dim": 2},
+     "generator": {"hidden": [64, 64]}},
+    {"name": "BNN hypernetwork: regression MLP 8→50→1 (d = 502), generator 32→64→64→502 + 0.1·z, minibatch 32",
+     "target": {"kind": "bnn", "dataset": bnn_dataset(), "hidden": [50], "batch_size": 32},
+     "generator": {"hidden": [64, 64], "noise_dim": 32, "lambda": 0.1}},
+]
+METHODS: list[tuple[str, str, dict[str, Any]]] = [
+    ("amortized_svgd", "amortized SVGD (independent batch)", {}),
+    ("gpvi", "GPVI, pairwise helper (default 32×3)", {"helper": "pairwise"}),
+    ("gpvi", "GPVI, `helper: \"matrix\"`", {"helper": "matrix"}),
+    ("gpvi_exact", "GPVI exact (`gpvi_exact`)", {}),
+]
+
+
+def build(method: str, target: dict, generator: dict, extra: dict, n: int, seed: int = 0):
+    spec = {"method": method, "target": target, "num_particles": n, "steps": 1, "seed": seed, "device": "cpu",
+            "options": {"generator": generator, **extra}}
+    return build_method(validate_job_spec(spec))
+
+
+def step_times(config: dict, n: int, rounds: int, block: int) -> list[tuple[str, float]]:
+    """Median ms per step of each method, the methods interleaved block by block."""
+    built = [(label, build(method, config["target"], config["generator"], extra, n)) for method, label, extra in METHODS]
+    for _, m in built:
+        for _ in range(5):  # warm-up
+            m.step()
+    samples: dict[str, list[float]] = {label: [] for label, _ in built}
+    for _ in range(rounds):
+        for label, m in built:
+            started = time.perf_counter()
+            for _ in range(block):
+                m.step()
+            samples[label].append(1e3 * (time.perf_counter() - started) / block)
+    return [(label, statistics.median(samples[label])) for label, _ in built]
+
+
+def median_time(fn, repeats: int) -> float:
+    fn()
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def sampler_section(repeats: int) -> list[str]:
+    method = build("gpvi", {"kind": "gaussian", "mean": [0.0, 0.0], "cov": [[1.0, 0.5], [0.5, 2.0]]},
+                   {"hidden": [64, 64]}, {"helper": "matrix"}, 100)
+    for _ in range(300):
+        method.step()
+    sampler = method.sampler()
+    blob = sampler.to_zip_bytes()
+    draw = median_time(lambda: sampler.sample(10_000, 7), repeats)
+    reload_draw = median_time(lambda: load(blob).sample(10_000, 7), repeats)
+    noise = median_time(lambda: sampler.sample_noise(10_000, 7), repeats)
+    lines = [f"Trained 2-D GPVI generator (MLP 2→64→64→2, ReLU, `helper: \"matrix\"`, 300 steps on a 2-D "
+             f"Gaussian), float32, median of {repeats} calls:", "",
+             "| operation | time |", "|---|---|",
+             f"| `Sampler.sample(10000, seed)` | {draw * 1e3:.2f} ms |",
+             f"| of which `sample_noise(10000, seed)` | {noise * 1e3:.2f} ms |",
+             f"| `load(zip_bytes).sample(10000, seed)` (rebuild + draw; zip {len(blob):,} bytes) | "
+             f"{reload_draw * 1e3:.2f} ms |"]
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        lines.append("| onnxruntime | not installed |")
+    else:
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = torch.get_num_threads()
+        options.log_severity_level = 3
+        session = ort.InferenceSession(sampler.to_onnx_bytes(), options, providers=["CPUExecutionProvider"])
+        z = sampler.sample_noise(10_000, 7).numpy()
+        onnx_time = median_time(lambda: session.run(["samples"], {"z": z}), repeats)
+        gap = float(np.abs(session.run(["samples"], {"z": z})[0] - sampler.sample(10_000, 7).numpy()).max())
+        lines.append(f"| ONNX graph under onnxruntime {ort.__version__}, same noise (max |Δ| = {gap:.1e}) | "
+                     f"{onnx_time * 1e3:.2f} ms |")
+    return lines
+
+
+def machine() -> str:
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return (f"{cpu}, {os.cpu_count()} logical cores, {torch.get_num_threads()} torch thread(s); torch "
+            f"{torch.__version__}, Python {platform.python_version()}")
+
+
+def load_average() -> str:
+    return " / ".join(f"{v:.2f}" for v in os.getloadavg()) + " (1 / 5 / 15 min)"
+
+
+def replace_section(path: Path, title: str, body: str) -> None:
+    """Write `## title` + body, replacing only that section (up to the next `## `); create the file if absent."""
+    header = f"## {title}"
+    text = path.read_text() if path.exists() else "# Benchmarks\n\nEach section is written by the script it names.\n"
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.strip() == header), None)
+    section = [header, "", *body.rstrip("\n").splitlines(), ""]
+    if start is None:
+        while lines and not lines[-1].strip():
+            lines.pop()
+        lines += ["", *section]
+    else:
+        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+        lines[start:end] = section
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines).rstrip("\n") + "\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--particles", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--block", type=int, default=20)
+    parser.add_argument("--no-write", action="store_true")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    rounds, block, repeats = (4, 5, 5) if args.quick else (args.rounds, args.block, 25)
+    load_before = load_average()
+    started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    body = [f"Run {started} with `python benchmarks/generative_speed.py{' --quick' if args.quick else ''}`. "
+            f"Machine: {machine()}. Load average at start: {load_before}. The machine is shared; ratios are "
+            "measured side by side in one run (methods interleaved), absolute times are indicative only.", "",
+            "### Sampling", ""]
+    body += sampler_section(repeats)
+    body += ["", "### Training step: GPVI against amortised SVGD on the same generator", "",
+             f"{args.particles} particles per batch (and an expectation batch of {args.particles} for GPVI and "
+             f"amortised SVGD); every method builds the identical generator from the same seed. {rounds} rounds of "
+             f"{block} steps per method, taken in turn; median ms per step. Goal: GPVI ≤ {GOAL_RATIO}× amortised "
+             "SVGD.", ""]
+    for config in CONFIGS:
+        times = step_times(config, args.particles, rounds, block)
+        base = times[0][1]
+        body += [f"**{config['name']}**", "", "| method | ms / step | × amortised SVGD | ≤ 1.5×? |", "|---|---|---|---|"]
+        for label, ms in times:
+            ratio = ms / base
+            ok = "—" if label == times[0][0] else ("yes" if ratio <= GOAL_RATIO else "**no**")
+            body.append(f"| {label} | {ms:.2f} | {ratio:.2f}× | {ok} |")
+        body.append("")
+        print("\n".join(body[-len(times) - 3:]), flush=True)
+    body.append(f"Load average at the end: {load_average()}.")
+    text = "\n".join(body) + "\n"
+    if args.no_write:
+        print(text)
+    else:
+        replace_section(DOC, SECTION, text)
+        print(f"wrote ## {SECTION} to {DOC}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,224 @@
+"""`GenerativeMethod`: a generator f_θ(z) trained by pulling a particle-space direction back through it
+(the surrogate-loss pattern, GPVI eq. 4 / eq. 14): with φ computed without a graph on a generated batch
+x = f_θ(z), the generator's optimiser descends −(1/n) Σ_i φ_i·f_θ(z_i), whose θ-gradient is
+−(1/n) Σ_i (∂f_θ(z_i)/∂θ)ᵀ φ_i.
+
+State (all of it in `state_dict`, so a resumed run is bit-identical): generator (and log λ), its optimiser
+(and λ's), the subclass's auxiliary networks and optimisers, the method's RNG (a CPU `torch.Generator`
+that draws every noise batch, minibatch and probe, in a fixed order per step), the step count and the last
+training batch (what `particles()` returns).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from inference_core import errors
+from inference_core.methods.base import Method
+from inference_core.methods.optim import build_optimizer
+from inference_core.samplers import Sampler
+from inference_core.samplers.generator import GeneratorNetwork, mlp_features
+from inference_core.schemas.generative import GenerativeOptions
+from inference_core.schemas.methods import OptimizerOptions
+from inference_core.seeding import derive_seed
+from inference_core.targets.base import Target
+
+#: Default k: the noise prefix g reads is min(d, DEFAULT_NOISE_DIM) wide.
+DEFAULT_NOISE_DIM = 64
+#: λ for BNN-like targets (those with `initial_particles`) when k < d (ALF's MNIST hypernetwork).
+HYPERNETWORK_LAMBDA = 0.1
+#: Draws used to measure the target's initialisation scale.
+INIT_MATCH_DRAWS = 256
+
+# Seed streams (seeding.derive_seed(seed, stream)).
+STREAM_RNG, STREAM_GENERATOR_INIT, STREAM_AUX_INIT, STREAM_FIRST_BATCH, STREAM_INIT_MATCH = 1, 10, 11, 12, 13
+
+
+def make_optimizer(params: list[torch.Tensor], options: OptimizerOptions) -> torch.optim.Optimizer:
+    """`methods.optim.build_optimizer`, except that Adam is torch's fused implementation (one kernel for all
+    tensors: the generator, helper and critic are small networks whose unfused Adam costs more than their
+    forward pass). Same update rule; its own rounding, deterministic."""
+    params = list(params)
+    fusable = all(p.dtype in (torch.float32, torch.float64) and p.device.type in ("cpu", "cuda") for p in params)
+    if options.name == "adam" and fusable:
+        return torch.optim.Adam(params, lr=options.lr, betas=options.betas, fused=True)
+    return build_optimizer(params, options)
+
+
+def clone_tree(value: Any) -> Any:
+    """Deep copy of nested dicts/lists/tuples, cloning tensors (a state must not alias live buffers)."""
+    if isinstance(value, Tensor):
+        return value.detach().clone()
+    if isinstance(value, dict):
+        return {key: clone_tree(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [clone_tree(item) for item in value]
+    if isinstance(value, tuple):
+        return tuple(clone_tree(item) for item in value)
+    return value
+
+
+def match_initial_scale(network: GeneratorNetwork, target: Target, seed: int) -> bool:
+    """For targets with their own initialisation (`initial_particles`, e.g. a BNN's fan-in-scaled weights):
+    rescale each row c of the output layer and set its bias so that, at initialisation, output coordinate c
+    has the mean μ_c and standard deviation s_c of `INIT_MATCH_DRAWS` draws of that initialisation:
+    Var[W_c·φ] = max(s_c² − λ², 0) (λz contributes λ² per coordinate) and b_c = μ_c − E[W_c·φ].
+    Returns whether it applied. Measured in float64 on the CPU with seeded draws."""
+    own = getattr(target, "initial_particles", None)
+    if own is None:
+        return False
+    d = network.output_dim
+    m = max(16, min(INIT_MATCH_DRAWS, 2**25 // max(d, 1)))
+    generator = torch.Generator().manual_seed(derive_seed(seed, STREAM_INIT_MATCH))
+    reference = own(m, generator).detach().to("cpu", torch.float64)
+    mean, std = reference.mean(0), reference.std(0)
+    lam = network.lam_float()
+    with torch.no_grad():
+        z = torch.randn(m, network.noise_dim, generator=generator, dtype=torch.float64)
+        hidden = [(w.to(torch.float64), b.to(torch.float64)) for w, b in network.hidden_params(detach=True)]
+        features = mlp_features(hidden, z[:, : network.input_dim], network.activation)
+        weight = network.output.weight.detach().to(torch.float64)
+        out = features @ weight.T
+        spread = out.std(0)
+        wanted = (std.square() - lam**2).clamp_min(0).sqrt()
+        scale = torch.where(spread > 0, wanted / spread.clamp_min(1e-300), torch.zeros_like(spread))
+        network.output.weight.copy_(weight * scale[:, None])
+        network.output.bias.copy_(mean - out.mean(0) * scale)
+    return True
+
+
+class GenerativeMethod(Method):
+    """Base of GPVI and the amortised methods; subclasses implement `train_step() -> metrics`."""
+
+    family = "generative"
+    options: GenerativeOptions
+
+    def __init__(self, target: Target, options: GenerativeOptions, num_particles: int, seed: int,
+                 device: torch.device):
+        super().__init__(target, options, num_particles, seed, device)
+        if num_particles < 2:
+            raise errors.MethodOptionsInvalid("a generative method needs a batch of at least 2 particles",
+                                              loc=("num_particles",))
+        d = int(target.dim)
+        gen = options.generator
+        k = gen.noise_dim if gen.noise_dim is not None else min(d, DEFAULT_NOISE_DIM)
+        if k > d:
+            raise errors.MethodOptionsInvalid(f"generator.noise_dim k={k} exceeds the target dimension {d}",
+                                              loc=("options", "generator", "noise_dim"))
+        own_init = getattr(target, "initial_particles", None) is not None
+        lam = gen.lam if gen.lam is not None else self.default_lambda(k, d, own_init)
+        self.check_lambda(lam, k, d)
+        if gen.lambda_trainable and lam <= 0:
+            raise errors.MethodOptionsInvalid("a trainable lambda needs lambda > 0",
+                                              loc=("options", "generator", "lambda_trainable"))
+        init = torch.Generator().manual_seed(derive_seed(seed, STREAM_GENERATOR_INIT))
+        self.network = GeneratorNetwork(input_dim=k, hidden=gen.hidden, output_dim=d, activation=gen.activation,
+                                        lam=float(lam), lam_trainable=gen.lambda_trainable, generator=init)
+        self.init_matched = match_initial_scale(self.network, target, seed)
+        self.network.to(device=device, dtype=self.dtype)
+        self.optimizer = make_optimizer(self.network.generator_parameters(), options.optimizer)
+        self.lambda_optimizer = (make_optimizer([self.network.log_lambda], OptimizerOptions(name="adam", lr=gen.lambda_lr))
+                                 if gen.lambda_trainable else None)
+        self.rng = torch.Generator(device="cpu")
+        self.rng.manual_seed(derive_seed(seed, STREAM_RNG))
+        self.build_auxiliary(torch.Generator().manual_seed(derive_seed(seed, STREAM_AUX_INIT)))
+        first = torch.Generator().manual_seed(derive_seed(seed, STREAM_FIRST_BATCH))
+        with torch.no_grad():
+            self.last_batch = self.network(self.noise(num_particles, first)).detach()
+
+    # ---- hooks ---------------------------------------------------------------------------------------
+
+    def default_lambda(self, k: int, d: int, own_init: bool) -> float:
+        """λ when the options leave it out (amortised methods: 0, i.e. f = g on k-dimensional noise)."""
+        return 0.0
+
+    def check_lambda(self, lam: float, k: int, d: int) -> None:
+        return None
+
+    def build_auxiliary(self, generator: torch.Generator) -> None:
+        """Create helper/critic networks and their optimisers, initialised from `generator`."""
+        return None
+
+    def train_step(self) -> dict[str, float]:
+        raise NotImplementedError
+
+    def extra_state(self) -> dict[str, Any]:
+        return {}
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        return None
+
+    # ---- shared pieces -------------------------------------------------------------------------------
+
+    @property
+    def noise_dim(self) -> int:
+        return self.network.noise_dim
+
+    def noise(self, m: int, generator: torch.Generator | None = None) -> Tensor:
+        """m standard-normal noise rows [m, noise_dim], drawn on the CPU (device-independent), then moved."""
+        draw = torch.randn(m, self.noise_dim, generator=generator or self.rng, dtype=self.dtype)
+        return draw.to(self.device)
+
+    def apply_direction(self, x: Tensor, phi: Tensor) -> None:
+        """One generator update along the ascent direction φ [n, d] at x = f_θ(z) (eq. 4 / eq. 14)."""
+        if not bool(torch.isfinite(phi).all()):
+            raise errors.Diverged(f"the update direction became non-finite at step {self.step_count + 1}")
+        surrogate = -(phi.detach() * x).sum(-1).mean()
+        self.optimizer.zero_grad(set_to_none=False)
+        if self.lambda_optimizer is not None:
+            self.lambda_optimizer.zero_grad(set_to_none=False)
+        surrogate.backward()
+        self.optimizer.step()
+        if self.lambda_optimizer is not None:
+            self.lambda_optimizer.step()
+        self.last_batch = x.detach()
+
+    def step(self) -> dict[str, float]:
+        started = time.perf_counter()
+        info = self.train_step()
+        self.step_count += 1
+        if not bool(torch.isfinite(self.last_batch).all()):
+            raise errors.Diverged(f"the generator's output became non-finite at step {self.step_count}")
+        return {"step_time_s": time.perf_counter() - started, "lambda": self.network.lam_float(), **info}
+
+    def particles(self) -> Tensor:
+        return self.last_batch
+
+    def sampler(self) -> Sampler:
+        describe = getattr(self.target, "describe_layout", None)
+        layout = describe() if callable(describe) else None
+        return Sampler.from_generator(self.network, method=self.name, target_kind=self.target.kind, layout=layout)
+
+    # ---- checkpoints ---------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        state = {
+            "step": self.step_count,
+            "generator": self.network.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "lambda_optimizer": None if self.lambda_optimizer is None else self.lambda_optimizer.state_dict(),
+            "rng": self.rng.get_state(),
+            "last_batch": self.last_batch,
+            **self.extra_state(),
+        }
+        return clone_tree(state)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.network.load_state_dict(state["generator"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.lambda_optimizer is not None:
+            self.lambda_optimizer.load_state_dict(state["lambda_optimizer"])
+        self.rng.set_state(state["rng"])
+        self.last_batch = state["last_batch"].to(device=self.device, dtype=self.dtype)
+        self.step_count = int(state["step"])
+        self.load_extra_state(state)
+
+
+def expectation_size(options: Any, n: int) -> int:
+    size = getattr(options, "expectation_particles", None)
+    return int(size) if size is not None else n
+

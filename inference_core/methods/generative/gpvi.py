@@ -1,0 +1,187 @@
+"""Generative particle VI (Ratzlaff et al. 2021, Algorithm 1): `gpvi` (learned Jacobian-inverse helper)
+and `gpvi_exact` (the k×k Jacobian block solved exactly). The math is in `gpvi_math`; this module orders
+one step:
+
+1. draw z [n, D], z' [n', D] (method RNG, in that order), then the target's minibatch;
+2. x = f(z) with a graph; x' = f(z') and ∇log p(x') without;
+3. h = median of ||z'_j − z_i||² over the n'·n pairs / divisor(n); K_ji = exp(−||z'_j − z_i||²/h);
+4. the repulsive term J_f(z')^{-T}∇_{z'}k (block form) by
+   * `pairwise` helper: w = v₁ − Bᵀv₂/λ per pair, `helper_network.steps` updates of h_η on the loss of
+     eq. 10 (VJP form, eq. 11), using the outputs of the last helper forward (Algorithm 1, steps 4–7);
+   * `matrix` helper: P_η(z'[:k]) ≈ (A + λI)^{-T}, `steps` updates on ||(A + λI)ᵀ P r − r||² with fresh
+     N(0, I_k) probes r (drawn after the minibatch; A = W_top J_φ formed once per step, J_φ propagated
+     forward through the hidden layers), then the kernel-matmul reduction;
+   * exact: P = (A + λI)^{-T} by torch.linalg.solve, then the same kernel-matmul reduction;
+5. φ = driving term + entropy_weight · repulsive term; one generator update (surrogate loss, eq. 4).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from inference_core import errors
+from inference_core.methods.generative import gpvi_math
+from inference_core.methods.generative.base import (
+    HYPERNETWORK_LAMBDA,
+    GenerativeMethod,
+    expectation_size,
+    make_optimizer,
+)
+from inference_core.methods.generative.jacobian import GeneratorJacobian
+from inference_core.methods.generative.networks import MatrixHelper, PairwiseHelper
+from inference_core.schemas.generative import GPVIExactOptions, GPVIOptions, KernelGenerativeOptions
+from inference_core.targets.base import Target
+
+
+class _GPVIBase(GenerativeMethod):
+    options: KernelGenerativeOptions
+
+    def __init__(self, target: Target, options: KernelGenerativeOptions, num_particles: int, seed: int,
+                 device: torch.device):
+        super().__init__(target, options, num_particles, seed, device)
+        self.expectation_particles = expectation_size(options, num_particles)
+
+    def default_lambda(self, k: int, d: int, own_init: bool) -> float:
+        """Paper §3.2: λ = 1; no λ term when k = d (ALF: f = g, J_f = J_g); BNN-like targets 0.1 (ALF)."""
+        if k == d:
+            return 0.0
+        return HYPERNETWORK_LAMBDA if own_init else 1.0
+
+    def check_lambda(self, lam: float, k: int, d: int) -> None:
+        if k < d and lam <= 0:
+            raise errors.MethodOptionsInvalid(
+                f"GPVI needs lambda > 0 when the noise prefix k={k} is smaller than d={d} (eq. 6: otherwise "
+                "the Jacobian is singular)", loc=("options", "generator", "lambda"))
+
+    def bandwidth(self, sq: Tensor) -> float:
+        rule = self.options.bandwidth
+        if rule.rule == "fixed":
+            return float(rule.value)
+        return gpvi_math.median_bandwidth(sq, rule.divisor, self.num_particles)
+
+    def prepare(self) -> dict[str, Any]:
+        """Steps 1–3 of the module docstring."""
+        n, n_expect = self.num_particles, self.expectation_particles
+        z = self.noise(n)
+        z_expect = self.noise(n_expect)
+        batch = self.target.sample_batch(self.rng)
+        x = self.network(z)
+        with torch.no_grad():
+            x_expect = self.network(z_expect)
+        score_expect = self.target.score(x_expect, batch)
+        sq = gpvi_math.squared_distances(z_expect, z)
+        h = self.bandwidth(sq)
+        return {"z": z, "z_expect": z_expect, "x": x, "score_expect": score_expect, "sq": sq, "h": h}
+
+    def matrix_terms(self, jac: GeneratorJacobian, P: Tensor, features_jacobian: Tensor | None,
+                     batch: dict[str, Any], lam: float) -> tuple[Tensor, Tensor]:
+        z, z_expect = batch["z"], batch["z_expect"]
+        coupling = jac.coupling_factors(features_jacobian, z, z_expect) if self.noise_dim > jac.k else None
+        return gpvi_math.matrix_direction(z, z_expect, batch["score_expect"], batch["h"], P, lam, coupling,
+                                          entropy_weight=self.options.entropy_weight, sq=batch["sq"])
+
+
+#: The pairwise helper materialises ∇k for all n·n' pairs ([n, n', D]); refuse beyond this many values.
+PAIRWISE_MAX_ELEMENTS = 2**27
+
+
+class GPVI(_GPVIBase):
+    name = "gpvi"
+    options: GPVIOptions
+
+    def build_auxiliary(self, generator: torch.Generator) -> None:
+        opts = self.options.helper_network
+        k = self.network.input_dim
+        pairs = self.num_particles * expectation_size(self.options, self.num_particles)
+        if self.options.helper == "pairwise" and pairs * self.noise_dim > PAIRWISE_MAX_ELEMENTS:
+            raise errors.MethodOptionsInvalid(
+                f"the pairwise helper needs n·n'·D = {pairs * self.noise_dim:,} values per step (cap "
+                f"{PAIRWISE_MAX_ELEMENTS:,}); use helper 'matrix', fewer particles or a smaller noise dimension",
+                loc=("options", "helper"))
+        if self.options.helper == "pairwise":
+            self.helper = PairwiseHelper(k, opts.hidden_width, opts.hidden_layers, generator)
+        else:
+            self.helper = MatrixHelper(k, opts.hidden_width, opts.hidden_layers, generator)
+        self.helper.to(device=self.device, dtype=self.dtype)
+        self.helper_optimizer = make_optimizer(self.helper.parameters(), opts.optimizer_for(self.options.helper))
+
+    def train_step(self) -> dict[str, float]:
+        batch = self.prepare()
+        lam = self.network.lam_float()
+        jac = GeneratorJacobian(self.network, batch["z_expect"])
+        if self.options.helper == "pairwise":
+            drive, repulsion, loss = self._pairwise(jac, batch, lam)
+        else:
+            drive, repulsion, loss = self._matrix(jac, batch, lam)
+        self.apply_direction(batch["x"], drive + repulsion)
+        return {"bandwidth": batch["h"], "helper_loss": loss,
+                "repulsion_norm": float(repulsion.square().sum(-1).mean().sqrt())}
+
+    def _helper_update(self, loss: Tensor) -> None:
+        self.helper_optimizer.zero_grad(set_to_none=False)
+        loss.backward()
+        self.helper_optimizer.step()
+
+    def _pairwise(self, jac: GeneratorJacobian, batch: dict[str, Any], lam: float) -> tuple[Tensor, Tensor, float]:
+        z, z_expect, h = batch["z"], batch["z_expect"], batch["h"]
+        k = jac.k
+        K = torch.exp(-batch["sq"] / h)
+        v = gpvi_math.kernel_gradients(K, z_expect, z, h)  # [n, n', D]
+        w = gpvi_math.block_rhs(v, k, lam, jac.coupling_vjp if self.noise_dim > k else None)
+        z_in = z_expect[:, :k].unsqueeze(0).expand(z.shape[0], -1, -1)
+        for _ in range(self.options.helper_network.steps):
+            y = self.helper(z_in, w)
+            residual = gpvi_math.transpose_top_product(y, jac.w_top, lam, jac.top_vjp()) - w
+            loss = gpvi_math.helper_loss(residual)
+            self._helper_update(loss)
+        repulsion = gpvi_math.pairwise_repulsion(y.detach(), v, k, lam)
+        drive = gpvi_math.driving_term(K, batch["score_expect"])
+        return drive, self.options.entropy_weight * repulsion, float(loss.detach())
+
+    def _matrix(self, jac: GeneratorJacobian, batch: dict[str, Any], lam: float) -> tuple[Tensor, Tensor, float]:
+        k, z_prefix = jac.k, jac.z_prefix
+        n_expect = z_prefix.shape[0]
+        # J_φ once per step: the residual's (A + λI)ᵀ and, when k < D, the coupling of the reduction.
+        features_jacobian = jac.features_jacobian()
+        A = jac.top_block(features_jacobian)
+        probes_per_point = self.options.helper_network.probes
+        for _ in range(self.options.helper_network.steps):
+            probes = torch.randn(probes_per_point, n_expect, k, generator=self.rng, dtype=self.dtype).to(self.device)
+            P = self.helper(z_prefix)  # [n', k, k]
+            y = torch.einsum("jab,qjb->qja", P, probes)
+            loss = gpvi_math.helper_loss(gpvi_math.transpose_top_product_explicit(A, y, lam) - probes)
+            self._helper_update(loss)
+        drive, repulsion = self.matrix_terms(jac, P.detach(), features_jacobian, batch, lam)
+        return drive, repulsion, float(loss.detach())
+
+    def extra_state(self) -> dict[str, Any]:
+        return {"helper": self.helper.state_dict(), "helper_optimizer": self.helper_optimizer.state_dict()}
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        self.helper.load_state_dict(state["helper"])
+        self.helper_optimizer.load_state_dict(state["helper_optimizer"])
+
+
+class GPVIExact(_GPVIBase):
+    """GPVI with A_j = W_top J_φ(z'_j) formed by torch.func.jacfwd and P_j = (A_j + λI)^{-T} by
+    torch.linalg.solve (O(n'·k³)); the reference the helpers are tested against (paper Table 2/5 "Exact Jac")."""
+
+    name = "gpvi_exact"
+    options: GPVIExactOptions
+
+    def train_step(self) -> dict[str, float]:
+        batch = self.prepare()
+        lam = self.network.lam_float()
+        jac = GeneratorJacobian(self.network, batch["z_expect"])
+        features_jacobian = jac.features_jacobian()
+        try:
+            P = gpvi_math.exact_top_inverse_transpose(jac.top_block(features_jacobian), lam)
+        except torch.linalg.LinAlgError:
+            raise errors.Diverged(f"the generator's Jacobian became singular at step {self.step_count + 1}; "
+                                  "increase lambda or lower the learning rate") from None
+        drive, repulsion = self.matrix_terms(jac, P, features_jacobian, batch, lam)
+        self.apply_direction(batch["x"], drive + repulsion)
+        return {"bandwidth": batch["h"], "repulsion_norm": float(repulsion.square().sum(-1).mean().sqrt())}

@@ -1,0 +1,211 @@
+"""GPVI's functional gradient as pure functions (Ratzlaff et al. 2021, eqs. 5–11; notes §2).
+
+Notation. Noise z ∈ R^D, generator f(z) = g(z[:k]) + λz with g(u) = W φ(u) + b (samplers.generator), so
+
+    J_f(z) = [[A + λI_k, 0], [B, λI_{D−k}]],   A = W_top J_φ(z[:k]) (k×k),  B = W_rest J_φ(z[:k])  (eq. 7)
+
+(k = D: J_f = A + λI, λ = 0 allowed). The ascent direction pulled back through the generator is
+φ(z_i) = −∇_f 𝒥(f)(z_i) (eq. 5 / eq. 9), estimated with an independent expectation batch z'_1..z'_n':
+
+    φ(z_i) = (1/n') Σ_j [ k(z'_j, z_i) ∇log p(f(z'_j))  +  J_f(z'_j)^{-T} ∇_{z'} k(z'_j, z_i) ].
+
+The inverse is TRANSPOSED: the derivative of log|det J| in the direction ψ is tr(J⁻¹ ∂ψ/∂z), whose Riesz
+representer is J^{-T} ∇k (Appendix A.1 with the indices written out). The paper prints (∂f/∂z')⁻¹∇k but
+trains its helper through the vector–Jacobian product hᵀ(∂f/∂z') (eq. 11), i.e. solves J_fᵀ y = v; ALF does
+the same. (For a linear generator f = Wz the exact θ-gradient of E[−log|det W|] is −W^{-T}, which only the
+transposed form reproduces.)
+
+Block form (GPVI+, derived from the block lower-triangular J_f): J_fᵀ y = v with v = [v₁; v₂] reads
+    (A + λI)ᵀ y₁ + Bᵀ y₂ = v₁,   λ y₂ = v₂
+so  y₂ = v₂/λ  and  y₁ = (A + λI)^{-T} (v₁ − Bᵀ v₂/λ).  Only the k×k block is ever solved or learned; Bᵀc
+is a VJP of φ: Bᵀc = J_φᵀ (W_restᵀ c).
+
+RBF kernel on the noise: k(a, b) = exp(−||a − b||²/h), ∇_a k(a, b) = (2/h) k(a, b) (b − a).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from inference_core.kernels import kernel_matmul
+
+#: Above this many pairs the median is taken over the first 2048 rows of each batch.
+MEDIAN_MAX_PAIRS = 2048 * 2048
+#: Up to this many pairs a kernel matmul reuses the distance matrix already formed for the bandwidth;
+#: beyond, it goes through kernels.kernel_matmul (memory-bounded chunks).
+DENSE_MAX_PAIRS = 2**22
+
+
+def squared_distances(a: Tensor, b: Tensor) -> Tensor:
+    """||a_i − b_j||² [na, nb], in the Gram form on inputs centred by the mean of a ∪ b (clamped at 0)."""
+    centre = torch.cat([a, b]).mean(0, keepdim=True)
+    a, b = a - centre, b - centre
+    sq = a.square().sum(-1, keepdim=True) + b.square().sum(-1)[None, :] - 2.0 * (a @ b.T)
+    return sq.clamp_min_(0.0)
+
+
+def divisor_value(divisor: str, n: int) -> float:
+    if divisor == "log_n":
+        return math.log(n)
+    if divisor == "log_n_plus_1":
+        return math.log(n + 1)
+    if divisor == "log_n_squared":
+        return 2.0 * math.log(n)
+    if divisor == "none":
+        return 1.0
+    raise ValueError(f"unknown bandwidth divisor {divisor!r}")
+
+
+def median_bandwidth(sq: Tensor, divisor: str, n: int, distinct_pairs: bool = False) -> float:
+    """h = median(squared distances) / divisor(n) (paper Appendix B.2: med²/log n, med the median distance),
+    1 if the median or the divisor is 0. `sq` is a cross-distance matrix (all entries count) or, with
+    `distinct_pairs`, the square distance matrix of one batch (the median over its i < j entries).
+    The median of an even count is the mean of the two middle values (numpy's convention)."""
+    values = sq.detach()
+    if values.shape[0] * values.shape[1] > MEDIAN_MAX_PAIRS:
+        values = values[:2048, :2048]
+    if distinct_pairs:
+        rows, cols = torch.triu_indices(values.shape[0], values.shape[1], offset=1, device=values.device)
+        flat = values[rows, cols]
+    else:
+        flat = values.reshape(-1)
+    if flat.numel() == 0:
+        return 1.0
+    values = flat.to("cpu").numpy().copy()  # selection reorders in place; sq is still needed by the caller
+    count = values.size
+    lo, hi = (count - 1) // 2, count // 2
+    values.partition(hi)  # O(N) introselect; the (hi-1)-th order statistic is then the max of the left part
+    upper = float(values[hi])
+    med = 0.5 * ((upper if lo == hi else float(values[:hi].max())) + upper)
+    div = divisor_value(divisor, n)
+    return med / div if (med > 0 and div > 0) else 1.0
+
+
+def cross_kernel_matmul(z: Tensor, z_expect: Tensor, V: Tensor, h: float, sq: Tensor | None = None,
+                        backend: str = "auto") -> Tensor:
+    """Σ_j k(z_i, z'_j) V_j, [n, p]: from `sq` [n', n] (the squared distances of the bandwidth rule) when
+    given and small enough, else by `kernels.kernel_matmul`."""
+    if sq is not None and sq.numel() <= DENSE_MAX_PAIRS:
+        return torch.exp(-sq / h).T @ V
+    return kernel_matmul(z, z_expect, V, h, backend=backend)
+
+
+def cross_kernel_matmuls(z: Tensor, z_expect: Tensor, pieces: list[Tensor], h: float, sq: Tensor | None = None,
+                         backend: str = "auto") -> list[Tensor]:
+    """[Σ_j k(z_i, z'_j) V_j for V in pieces]: one product per piece with the kernel matrix when `sq` is
+    given and small enough (no concatenation copy), else one `kernels.kernel_matmul` pass over them all."""
+    if sq is not None and sq.numel() <= DENSE_MAX_PAIRS:
+        Kt = torch.exp(-sq / h).T
+        return [Kt @ piece for piece in pieces]
+    joined = kernel_matmul(z, z_expect, torch.cat(pieces, dim=1), h, backend=backend)
+    return list(torch.split(joined, [piece.shape[1] for piece in pieces], dim=1))
+
+
+def driving_term(K: Tensor, score_expect: Tensor) -> Tensor:
+    """(1/n') Σ_j k(z'_j, z_i) ∇log p(f(z'_j)), [n, d]: the first term of eq. 9 (as an ascent direction).
+    K is [n', n] with K[j, i] = k(z'_j, z_i)."""
+    return K.T @ score_expect / K.shape[0]
+
+
+def kernel_gradients(K: Tensor, z_expect: Tensor, z: Tensor, h: float) -> Tensor:
+    """∇_{z'} k(z'_j, z_i) = (2/h) k(z'_j, z_i) (z_i − z'_j), as [n, n', D] (i first)."""
+    return (2.0 / h) * K.T.unsqueeze(-1) * (z.unsqueeze(1) - z_expect.unsqueeze(0))
+
+
+def block_rhs(v: Tensor, k: int, lam: float, coupling_vjp: Callable[[Tensor], Tensor] | None) -> Tensor:
+    """w = v₁ − Bᵀv₂/λ, the right-hand side of the k×k system (A + λI)ᵀ y₁ = w (block form above).
+
+    `v` [..., D]; `coupling_vjp(v₂) = Bᵀ v₂` per expectation point (None when k = D: w = v)."""
+    if coupling_vjp is None or v.shape[-1] == k:
+        return v[..., :k]
+    return v[..., :k] - coupling_vjp(v[..., k:]) / lam
+
+
+def pairwise_repulsion(y_top: Tensor, v: Tensor, k: int, lam: float) -> Tensor:
+    """(1/n') Σ_j J_f(z'_j)^{-T} ∇_{z'} k(z'_j, z_i), [n, D], from the top-block solutions y₁ [n, n', k]
+    (helper outputs or exact) and y₂ = v₂/λ (eq. 9's second term, block form)."""
+    top = y_top.mean(1)
+    if v.shape[-1] == k:
+        return top
+    return torch.cat([top, v[..., k:].mean(1) / lam], dim=-1)
+
+
+def transpose_top_product(y: Tensor, w_top: Tensor, lam: float, features_vjp: Callable[[Tensor], Tensor] | None
+                          ) -> Tensor:
+    """(A_j + λI)ᵀ y = J_φ(z'_j)ᵀ W_topᵀ y + λy for y [..., n', k] (eq. 11: a VJP of g plus λy).
+
+    `features_vjp(c)` applies J_φ(z'_j)ᵀ to c [..., n', m] (None for a linear generator, J_φ = I)."""
+    c = y @ w_top  # W_topᵀ y in row form: [..., n', m]
+    back = c if features_vjp is None else features_vjp(c)
+    return back + lam * y
+
+
+def transpose_top_product_explicit(A: Tensor, y: Tensor, lam: float) -> Tensor:
+    """(A_j + λI)ᵀ y for y [..., n', k] with the blocks A [n', k, k] formed (the matrix helper's residual)."""
+    return torch.einsum("jab,...ja->...jb", A, y) + lam * y
+
+
+def helper_loss(residual: Tensor) -> Tensor:
+    """Eq. 10, ||J_f h − ∇k||² written with the VJP (eq. 11): the mean square of (A + λI)ᵀ y − w."""
+    return residual.square().mean()
+
+
+def exact_top_inverse_transpose(A: Tensor, lam: float) -> Tensor:
+    """P_j = (A_j + λI)^{-T} for A [n', k, k], by torch.linalg.solve (never an explicit `inverse`)."""
+    k = A.shape[-1]
+    eye = torch.eye(k, dtype=A.dtype, device=A.device)
+    system = A.transpose(-1, -2) + lam * eye
+    return torch.linalg.solve(system, eye.expand_as(system))
+
+
+def matrix_direction(z: Tensor, z_expect: Tensor, score_expect: Tensor, h: float, P: Tensor, lam: float,
+                     coupling: tuple[Tensor, Tensor, Tensor] | None, *, entropy_weight: float = 1.0,
+                     sq: Tensor | None = None, backend: str = "auto") -> tuple[Tensor, Tensor]:
+    """(driving term, repulsive term), each [n, ·], of eq. 9 from per-z' matrices P_j = (A_j + λI)^{-T}
+    (exact, or the matrix helper) — everything through ONE kernel matmul, no network on the n·n' pairs.
+
+    With ∇_{z'}k(z'_j, z_i) = (2/h) K_ij (z_i − z'_j), K_ij = k(z_i, z'_j), and the block form,
+
+      Σ_j y₁(j, i) = (2/h)[ (Σ_j K_ij P_j) z_i,₁ − Σ_j K_ij P_j z'_j,₁
+                            − (1/λ)(Σ_j K_ij R_j) u_i + (1/λ) Σ_j K_ij R_j u'_j ],       R_j = P_j Q_j,
+      Σ_j y₂(j, i) = (2/(hλ)) [ (Σ_j K_ij) z_i,₂ − Σ_j K_ij z'_j,₂ ],
+
+    where Bᵀ(z_i,₂ − z'_j,₂) = Q_j (u_i − u'_j) is the coupling factorised by the caller:
+    `coupling` = (Q [n', k, m], u [n, m], u' [n', m]) — Q_j = J_φ(z'_j)ᵀ with u = W_restᵀ z₂ when the hidden
+    width m < D − k, or Q_j = B_jᵀ with u = z₂ — and None when k = D. Returns terms averaged over j (1/n').
+    """
+    n_expect, k = z_expect.shape[0], P.shape[-1]
+    D = z.shape[1]
+    if (coupling is None) != (k == D):
+        raise ValueError("the coupling (Q, u, u') is needed exactly when the noise is wider than k")
+    pieces = [score_expect, P.reshape(n_expect, k * k), (P @ z_expect[:, :k, None]).squeeze(-1)]
+    if coupling is not None:
+        Q, u, u_expect = coupling
+        R = P @ Q  # [n', k, m]
+        m = R.shape[-1]
+        pieces += [R.reshape(n_expect, k * m), (R @ u_expect[..., None]).squeeze(-1), z_expect[:, k:],
+                   torch.ones(n_expect, 1, dtype=z.dtype, device=z.device)]
+    sums = [part / n_expect for part in cross_kernel_matmuls(z, z_expect, pieces, h, sq, backend)]
+    drive, sum_P, sum_P_z = sums[0], sums[1].reshape(-1, k, k), sums[2]
+    top = (sum_P @ z[:, :k, None]).squeeze(-1) - sum_P_z
+    if coupling is None:
+        repulsion = top
+    else:
+        sum_R, sum_R_u, sum_z2, k_sum = sums[3].reshape(-1, k, m), sums[4], sums[5], sums[6]
+        top = top - ((sum_R @ u[..., None]).squeeze(-1) - sum_R_u) / lam
+        repulsion = torch.cat([top, (k_sum * z[:, k:] - sum_z2) / lam], dim=-1)
+    return drive, entropy_weight * (2.0 / h) * repulsion
+
+
+def full_solve_repulsion(jacobians: Tensor, z: Tensor, z_expect: Tensor, h: float) -> Tensor:
+    """Reference: (1/n') Σ_j J_f(z'_j)^{-T} ∇_{z'}k(z'_j, z_i) with the full D×D Jacobians [n', D, D]
+    solved per pair (O(n·n'·D³); tests and debugging only)."""
+    K = torch.exp(-squared_distances(z_expect, z) / h)
+    v = kernel_gradients(K, z_expect, z, h)  # [n, n', D]
+    system = jacobians.transpose(-1, -2).unsqueeze(0).expand(z.shape[0], -1, -1, -1)
+    y = torch.linalg.solve(system, v.unsqueeze(-1)).squeeze(-1)
+    return y.mean(1)

@@ -1,0 +1,123 @@
+"""The generator's Jacobian at the expectation points, as GPVI needs it (gpvi_math's notation):
+J_f(z') = [[A + λI, 0], [B, λI]], A = W_top J_φ, B = W_rest J_φ, on DETACHED generator parameters, so
+nothing computed here (helper losses included) ever reaches the generator's gradients.
+
+Products are formed without the d×k Jacobian of g: Aᵀy = J_φᵀ(W_topᵀ y) and Bᵀc = J_φᵀ(W_restᵀ c) are
+VJPs through the hidden stack φ only (torch.func.vjp at the n' points, vmapped over any leading batch of
+cotangents: one forward per z', the pairs grouped by z'). J_φ itself (for the exact solve and the
+kernel-matmul coupling) is propagated forward through the layers (the cost of k JVPs per z').
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+from torch.func import vjp, vmap
+
+from inference_core.samplers.generator import ACTIVATIONS, GeneratorNetwork, mlp_features
+
+
+def activation_slope(name: str, pre: Tensor, out: Tensor) -> Tensor:
+    """act'(pre) elementwise, given out = act(pre): closed forms where cheap, else autograd."""
+    if name == "relu":
+        return (pre > 0).to(pre.dtype)
+    if name == "tanh":
+        return 1 - out.square()
+    if name == "sigmoid":
+        return out * (1 - out)
+    if name == "softplus":
+        return torch.sigmoid(pre)
+    if name == "leaky_relu":
+        return torch.where(pre > 0, 1.0, 0.01).to(pre.dtype)
+    if name == "elu":
+        return torch.where(pre > 0, torch.ones_like(out), out + 1)
+    with torch.enable_grad():
+        x = pre.detach().requires_grad_(True)
+        (slope,) = torch.autograd.grad(ACTIVATIONS[name](x).sum(), x)
+    return slope
+
+
+class GeneratorJacobian:
+    def __init__(self, network: GeneratorNetwork, z_expect: Tensor):
+        self.k = network.input_dim
+        self.noise_dim = network.noise_dim
+        self.lam = network.lam_float()
+        weight = network.output.weight.detach()
+        self.w_top, self.w_rest = weight[: self.k], weight[self.k:]
+        self.hidden = network.hidden_params(detach=True)
+        self.activation = network.activation
+        self.z_prefix = z_expect[:, : self.k].detach()
+        self.linear = not self.hidden
+        self._vjp_fn: Callable | None = None
+
+    @property
+    def _vjp(self) -> Callable:
+        if self._vjp_fn is None:  # one forward of φ at the z', kept for every VJP of this step
+            _, self._vjp_fn = vjp(self._features, self.z_prefix)
+        return self._vjp_fn
+
+    def _features(self, u: Tensor) -> Tensor:
+        return mlp_features(self.hidden, u, self.activation)
+
+    @property
+    def feature_width(self) -> int:
+        return self.k if self.linear else self.hidden[-1][0].shape[0]
+
+    def features_vjp(self, c: Tensor) -> Tensor:
+        """J_φ(z'_j)ᵀ c_j for c [..., n', m] → [..., n', k] (identity for a linear generator)."""
+        if self.linear:
+            return c
+        if c.ndim == 2:
+            return self._vjp(c)[0]
+        lead = c.shape[:-2]
+        flat = c.reshape(-1, *c.shape[-2:])
+        out = vmap(lambda cot: self._vjp(cot)[0])(flat)
+        return out.reshape(*lead, *out.shape[-2:])
+
+    def top_vjp(self) -> Callable[[Tensor], Tensor] | None:
+        """The `features_vjp` argument of gpvi_math.transpose_top_product (None when linear)."""
+        return None if self.linear else self.features_vjp
+
+    def coupling_vjp(self, c_rest: Tensor) -> Tensor:
+        """Bᵀ c for c [..., n', D − k] → [..., n', k]."""
+        return self.features_vjp(c_rest @ self.w_rest)
+
+    def features_jacobian(self) -> Tensor | None:
+        """J_φ(z'_j) [n', m, k] (None for a linear generator: the identity), by forward propagation through
+        the layers, J_1 = diag(act'(pre_1)) W_1 and J_l = diag(act'(pre_l)) W_l J_{l−1}."""
+        if self.linear:
+            return None
+        act = ACTIVATIONS[self.activation]
+        h, J = self.z_prefix, None
+        for weight, bias in self.hidden:
+            pre = torch.nn.functional.linear(h, weight, bias)
+            out = act(pre)
+            slope = activation_slope(self.activation, pre, out)
+            J = slope.unsqueeze(-1) * (weight if J is None else weight @ J)
+            h = out
+        return J
+
+    def top_block(self, features_jacobian: Tensor | None) -> Tensor:
+        """A_j = W_top J_φ(z'_j), [n', k, k]."""
+        n = self.z_prefix.shape[0]
+        if features_jacobian is None:
+            return self.w_top.expand(n, -1, -1)
+        return self.w_top @ features_jacobian
+
+    def coupling_factors(self, features_jacobian: Tensor | None, z: Tensor, z_expect: Tensor
+                         ) -> tuple[Tensor, Tensor, Tensor]:
+        """(Q, u, u') with Bᵀ(z_i,₂ − z'_j,₂) = Q_j (u_i − u'_j) (gpvi_math.matrix_direction): through the
+        feature space (Q = J_φᵀ, u = W_restᵀ z₂) when it is narrower than D − k, else Q = Bᵀ, u = z₂."""
+        k, n_expect = self.k, z_expect.shape[0]
+        rest = self.noise_dim - k
+        m = self.feature_width
+        if m <= rest:
+            if features_jacobian is None:
+                Q = torch.eye(k, dtype=z.dtype, device=z.device).expand(n_expect, k, k)
+            else:
+                Q = features_jacobian.transpose(-1, -2)
+            return Q, z[:, k:] @ self.w_rest, z_expect[:, k:] @ self.w_rest
+        B = self.w_rest.expand(n_expect, -1, -1) if features_jacobian is None else self.w_rest @ features_jacobian
+        return B.transpose(-1, -2), z[:, k:], z_expect[:, k:]

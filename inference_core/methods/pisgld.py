@@ -1,0 +1,40 @@
+"""pi-SGLD (Chen et al. 2018), as the f-POVI paper's Table 1 and the thu-ml/fpovi code use it:
+
+    φ_pi-SGLD = (φ_w-SGLD-B + φ_SVGD) / 2
+
+literally, with one kernel and one bandwidth, so the two terms keep their own scales: w-SGLD-B has no 1/n,
+SVGD carries its 1/n (notes §1, checklist item 8). Deterministic, no injected noise.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from inference_core.kernels import Kernel, svgd_direction
+from inference_core.methods.base import KernelParticleMethod
+from inference_core.methods.wsgld import wsgld_direction
+from inference_core.schemas.methods import PiSGLDOptions
+from inference_core.targets.base import Target
+
+
+def pisgld_direction(
+    x: Tensor, score: Tensor, kernel: Kernel, *, backend: str = "auto", precision: str = "ieee"
+) -> Tensor:
+    """(w-SGLD-B + SVGD) / 2 (see the module docstring)."""
+    kw = {"backend": backend, "precision": precision}
+    return 0.5 * (wsgld_direction(x, score, kernel, **kw) + svgd_direction(x, score, kernel, **kw))
+
+
+class PiSGLD(KernelParticleMethod):
+    name = "pisgld"
+    options: PiSGLDOptions
+
+    def __init__(self, target: Target, options: PiSGLDOptions, num_particles: int, seed: int,
+                 device: torch.device):
+        super().__init__(target, options, num_particles, seed, device)
+
+    def direction(self, x: Tensor, batch: object | None) -> tuple[Tensor, dict[str, float]]:
+        score = self.target.score(x, batch)
+        h = self.bandwidth_rule(x)
+        return pisgld_direction(x, score, self.kernel(h), **self.pairwise), {"bandwidth": float(h)}

@@ -1,0 +1,133 @@
+"""The sampler's `config.json`: a versioned, JSON-only description of a trained generator (never code).
+
+    {
+      "format": "parvis.sampler", "format_version": 1,
+      "method": "gpvi",
+      "dtype": "float32",
+      "generator": {"kind": "mlp", "noise_dim": 2, "input_dim": 2, "hidden": [], "activation": "relu",
+                    "output_dim": 2, "lambda": 0.0},
+      "noise": {"distribution": "standard_normal", "dtype": "float32", "draw": NOISE_DRAW},
+      "target": {"kind": "gaussian", "dim": 2},
+      "layout": null                      # BNN hypernetworks: [{"name", "shape", "offset"}, ...]
+    }
+
+f(z) = output.weight · φ(z[:, :input_dim]) + output.bias + lambda · z, φ the hidden stack (see
+`samplers.generator`); when lambda = 0 the noise has input_dim columns, else output_dim.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+from pydantic import ConfigDict, Field, ValidationError, model_validator
+
+from inference_core.samplers.generator import parameter_shapes
+from inference_core.schemas.common import StrictModel
+
+FORMAT = "parvis.sampler"
+FORMAT_VERSION = 1
+SUPPORTED_VERSIONS = (1,)
+GENERATOR_KINDS = ("mlp",)
+#: How `Sampler.sample_noise(n, seed)` draws z (row-major [n, noise_dim], one call, CPU, float32).
+NOISE_DRAW = ("torch.randn((n, noise_dim), generator=torch.Generator('cpu').manual_seed(seed), "
+              "dtype=torch.float32)")
+MAX_DIM = 10_000_000
+MAX_WIDTH = 65_536
+MAX_HIDDEN_LAYERS = 16
+#: Largest parameter count a sampler may hold (1 GiB of float32).
+MAX_PARAMETERS = 2**28
+
+Activation = Literal["relu", "tanh", "sigmoid", "softplus", "elu", "leaky_relu", "silu", "gelu"]
+
+
+class GeneratorConfig(StrictModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, validate_by_name=True,
+                              validate_by_alias=True, serialize_by_alias=True)
+
+    kind: Literal["mlp"]
+    noise_dim: int = Field(ge=1, le=MAX_DIM)
+    input_dim: int = Field(ge=1, le=MAX_DIM, description="k: the noise prefix g reads")
+    hidden: list[int] = Field(max_length=MAX_HIDDEN_LAYERS)
+    activation: Activation
+    output_dim: int = Field(ge=1, le=MAX_DIM)
+    lam: float = Field(ge=0, le=1e6, alias="lambda")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> GeneratorConfig:
+        if any(not 1 <= w <= MAX_WIDTH for w in self.hidden):
+            raise ValueError(f"hidden widths must be in [1, {MAX_WIDTH}]")
+        expected_noise = self.output_dim if self.lam > 0 else self.input_dim
+        if self.noise_dim != expected_noise:
+            raise ValueError(f"noise_dim must be {expected_noise} (lambda={self.lam}, input_dim={self.input_dim}, "
+                             f"output_dim={self.output_dim}), got {self.noise_dim}")
+        if self.lam > 0 and self.input_dim > self.output_dim:
+            raise ValueError("input_dim cannot exceed output_dim when lambda > 0")
+        total = sum(math.prod(shape) for shape in self.shapes().values())
+        if total > MAX_PARAMETERS:
+            raise ValueError(f"the generator has {total} parameters, over the cap of {MAX_PARAMETERS}")
+        return self
+
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        return parameter_shapes(self.input_dim, self.hidden, self.output_dim)
+
+
+class NoiseConfig(StrictModel):
+    distribution: Literal["standard_normal"] = "standard_normal"
+    dtype: Literal["float32"] = "float32"
+    draw: Literal[NOISE_DRAW] = NOISE_DRAW  # type: ignore[valid-type]
+
+
+class TargetSummary(StrictModel):
+    kind: str = Field(min_length=1, max_length=64)
+    dim: int = Field(ge=1, le=MAX_DIM)
+
+
+class LayoutBlock(StrictModel):
+    name: str = Field(min_length=1, max_length=128)
+    shape: list[int] = Field(max_length=8)
+    offset: int = Field(ge=0, le=MAX_DIM)
+
+
+class SamplerConfig(StrictModel):
+    format: Literal["parvis.sampler"]
+    format_version: Literal[1]
+    method: str = Field(min_length=1, max_length=64)
+    dtype: Literal["float32"]
+    generator: GeneratorConfig
+    noise: NoiseConfig
+    target: TargetSummary
+    layout: list[LayoutBlock] | None = Field(default=None, max_length=10_000)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SamplerConfig:
+        if self.target.dim != self.generator.output_dim:
+            raise ValueError(f"target.dim {self.target.dim} != generator.output_dim {self.generator.output_dim}")
+        if self.layout is not None:
+            for block in self.layout:
+                if any(s < 0 for s in block.shape):
+                    raise ValueError(f"layout block {block.name!r} has a negative extent")
+                if block.offset + math.prod(block.shape) > self.target.dim:
+                    raise ValueError(f"layout block {block.name!r} runs past the output dimension")
+        return self
+
+
+def validate_config(raw: Any) -> SamplerConfig:
+    """Parse a config dict; ValueError with a message for anything unknown, inconsistent or unsafe."""
+    if not isinstance(raw, dict):
+        raise ValueError("the sampler config must be a JSON object")
+    if raw.get("format") != FORMAT:
+        raise ValueError(f"not a Parvis sampler config (format {raw.get('format')!r}, expected {FORMAT!r})")
+    version = raw.get("format_version")
+    if isinstance(version, bool) or version not in SUPPORTED_VERSIONS:
+        raise ValueError(f"unsupported sampler format_version {version!r}; this library reads {SUPPORTED_VERSIONS}")
+    generator = raw.get("generator")
+    kind = generator.get("kind") if isinstance(generator, dict) else None
+    if kind not in GENERATOR_KINDS:
+        raise ValueError(f"unsupported generator architecture {kind!r}; known: {', '.join(GENERATOR_KINDS)}")
+    try:
+        return SamplerConfig.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        loc = ".".join(str(part) for part in first["loc"])
+        raise ValueError(f"invalid sampler config: {loc}: {first['msg']}") from None

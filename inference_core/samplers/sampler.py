@@ -1,0 +1,144 @@
+"""`Sampler`: a trained generator frozen on the CPU in float32, with seeded draws and its serialisations.
+
+Draws (`sample(n, seed)`), in this order and nothing else:
+  1. z = torch.randn((n, noise_dim), generator=torch.Generator("cpu").manual_seed(seed), dtype=torch.float32)
+     — one call, row-major, so row i is the i-th noise vector of that stream;
+  2. x = f(z) in float32 on the CPU (`samplers.generator.generator_forward`).
+The same (sampler, n, seed) therefore gives bit-identical draws in one build of torch on one machine; a client
+that rebuilds the sampler from its zip with `inference_core.samplers.load` reproduces them. ONNX consumers
+feed `sample_noise(n, seed)` to the graph's input "z".
+"""
+
+from __future__ import annotations
+
+from typing import IO, Any
+
+import torch
+from torch import Tensor
+
+from inference_core.samplers import archive
+from inference_core.samplers.config import (
+    FORMAT,
+    FORMAT_VERSION,
+    NOISE_DRAW,
+    SamplerConfig,
+    validate_config,
+)
+from inference_core.samplers.generator import GeneratorNetwork, generator_forward
+
+#: Largest n·max(noise_dim, output_dim) one `sample` call may produce (1 GiB of float32).
+MAX_SAMPLE_ELEMENTS = 2**28
+
+
+def _check_count(n: Any, seed: Any) -> None:
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be an integer >= 1, got {n!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
+        raise ValueError(f"seed must be an integer in [0, 2^63), got {seed!r}")
+
+
+class Sampler:
+    """A generator's config (JSON-ready dict) and float32 CPU tensors; rebuilt from those two only."""
+
+    def __init__(self, config: dict[str, Any], tensors: dict[str, Tensor]):
+        parsed = validate_config(config)
+        expected = parsed.generator.shapes()
+        if set(tensors) != set(expected):
+            raise ValueError(f"tensors {sorted(tensors)} do not match the config's {sorted(expected)}")
+        frozen: dict[str, Tensor] = {}
+        for name, shape in expected.items():
+            tensor = tensors[name]
+            if not isinstance(tensor, Tensor) or tuple(tensor.shape) != shape:
+                raise ValueError(f"tensor {name!r} must have shape {list(shape)}")
+            frozen[name] = tensor.detach().to(device="cpu", dtype=torch.float32).contiguous().clone()
+        self._parsed: SamplerConfig = parsed
+        self._config = parsed.model_dump(mode="json")
+        self._tensors = frozen
+
+    # ---- construction ----------------------------------------------------------------------------------
+
+    @classmethod
+    def from_generator(cls, network: GeneratorNetwork, *, method: str, target_kind: str,
+                       layout: list[dict[str, Any]] | None = None) -> Sampler:
+        """Snapshot of a training generator (float32 copies; λ rounded to float32 as the forward uses it)."""
+        lam = float(torch.tensor(network.lam_float(), dtype=torch.float32))
+        config = {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "method": method,
+            "dtype": "float32",
+            "generator": {"kind": "mlp", "noise_dim": network.noise_dim, "input_dim": network.input_dim,
+                          "hidden": list(network.hidden_sizes), "activation": network.activation,
+                          "output_dim": network.output_dim, "lambda": lam},
+            "noise": {"distribution": "standard_normal", "dtype": "float32", "draw": NOISE_DRAW},
+            "target": {"kind": target_kind, "dim": network.output_dim},
+            "layout": layout,
+        }
+        return cls(config, network.tensors())
+
+    # ---- description -------------------------------------------------------------------------------------
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The JSON-serialisable config (a copy)."""
+        return validate_config(self._config).model_dump(mode="json")
+
+    def tensors(self) -> dict[str, Tensor]:
+        """Name → float32 CPU tensor (clones)."""
+        return {name: t.clone() for name, t in self._tensors.items()}
+
+    @property
+    def noise_dim(self) -> int:
+        return self._parsed.generator.noise_dim
+
+    @property
+    def output_dim(self) -> int:
+        return self._parsed.generator.output_dim
+
+    # ---- drawing -----------------------------------------------------------------------------------------
+
+    def sample_noise(self, n: int, seed: int) -> Tensor:
+        """The noise `sample(n, seed)` uses: [n, noise_dim] float32 (see the module docstring)."""
+        _check_count(n, seed)
+        if n * max(self.noise_dim, self.output_dim) > MAX_SAMPLE_ELEMENTS:
+            raise ValueError(f"n={n} draws of dimension {self.output_dim} exceed the cap of "
+                             f"{MAX_SAMPLE_ELEMENTS} values per call")
+        generator = torch.Generator(device="cpu").manual_seed(seed)
+        return torch.randn((n, self.noise_dim), generator=generator, dtype=torch.float32)
+
+    def forward(self, z: Tensor) -> Tensor:
+        """f(z) for noise z [n, noise_dim] (float32, CPU)."""
+        if not isinstance(z, Tensor) or z.ndim != 2 or z.shape[1] != self.noise_dim:
+            raise ValueError(f"noise must be a tensor of shape [n, {self.noise_dim}]")
+        gen = self._parsed.generator
+        with torch.no_grad():
+            return generator_forward(self._tensors, z.to(device="cpu", dtype=torch.float32), input_dim=gen.input_dim,
+                                     n_hidden=len(gen.hidden), activation=gen.activation,
+                                     lam=float(torch.tensor(gen.lam, dtype=torch.float32)))
+
+    def sample(self, n: int, seed: int) -> Tensor:
+        """n fresh draws [n, output_dim], float32, bit-identical for the same (n, seed)."""
+        return self.forward(self.sample_noise(n, seed))
+
+    # ---- serialisation -----------------------------------------------------------------------------------
+
+    def to_zip_bytes(self) -> bytes:
+        """`.zip` with config.json + weights.safetensors; the same sampler gives the same bytes."""
+        return archive.write_zip(self._config, self._tensors)
+
+    def to_onnx_bytes(self) -> bytes:
+        """ONNX graph "z" [n, noise_dim] → "samples" [n, output_dim] (see samplers.onnx_export)."""
+        from inference_core.samplers.onnx_export import export_onnx
+
+        return export_onnx(self._config, self._tensors)
+
+
+def load(source: bytes | bytearray | memoryview | str | Any | IO[bytes], *,
+         max_weights_bytes: int = archive.MAX_WEIGHTS_BYTES) -> Sampler:
+    """Rebuild a Sampler from its zip (a path, bytes, or a binary file object), from config.json and
+    weights.safetensors only. Anything malformed, unknown or oversized raises ValueError."""
+    data = archive.read_source(source, max_weights_bytes + archive.MAX_CONFIG_BYTES + 4096)
+    raw_config, weights = archive.read_zip(data, max_weights_bytes)
+    parsed = validate_config(raw_config)
+    tensors = archive.read_weights(weights, parsed.generator.shapes())
+    return Sampler(parsed.model_dump(mode="json"), tensors)

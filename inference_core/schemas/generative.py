@@ -1,0 +1,165 @@
+"""Option schemas of the generative methods (GPVI, Ratzlaff et al. 2021; amortised SVGD/GFSF/KSD).
+
+Defaults follow the paper where it states one (Adam, generator lr 1e-3, helper lr 1e-4 and three hidden
+layers, λ = 1, bandwidth med²/log n; Appendix B, Table 7) and ALF otherwise (notes,
+gpvi_reference_implementation.md). Every field is documented in its `description`.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import ConfigDict, Field, model_validator
+
+from inference_core.schemas.common import StrictModel
+from inference_core.schemas.methods import OptimizerOptions
+
+Activation = Literal["relu", "tanh", "sigmoid", "softplus", "elu", "leaky_relu", "silu", "gelu"]
+MAX_WIDTH = 16_384
+
+
+def _widths_ok(widths: list[int], what: str) -> None:
+    if any(not 1 <= w <= MAX_WIDTH for w in widths):
+        raise ValueError(f"{what} widths must be in [1, {MAX_WIDTH}]")
+
+
+class GeneratorOptions(StrictModel):
+    """The generator f(z) = g(z[:k]) + λz (GPVI eq. 6), g an MLP k → hidden... → d with a linear output.
+
+    `hidden: []` is a linear generator (the paper's Gaussian and BLR experiments). `lambda` (JSON key)
+    defaults to: GPVI 1.0 when k < d (paper §3.2), none (λ = 0, f = g) when k = d (ALF); for targets with
+    their own initialisation (BNN hypernetworks) 0.1 when k < d (ALF's MNIST hypernetwork); amortised
+    methods 0 (noise of width k). With λ > 0 the noise has d columns, else k.
+    """
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, validate_by_name=True, validate_by_alias=True,
+                              serialize_by_alias=True)
+
+    hidden: list[int] = Field(default_factory=lambda: [64, 64], max_length=8, description="hidden widths of g")
+    activation: Activation = "relu"
+    noise_dim: int | None = Field(default=None, ge=1, le=65_536,
+                                  description="k, the noise prefix g reads; default min(d, 64)")
+    lam: float | None = Field(default=None, ge=0, le=100, alias="lambda", description="λ in f = g(z[:k]) + λz")
+    lambda_trainable: bool = Field(default=False, description="train log λ with its own Adam")
+    lambda_lr: float = Field(default=1e-3, gt=0, le=10, description="Adam lr of log λ")
+
+    @model_validator(mode="after")
+    def _check(self) -> GeneratorOptions:
+        _widths_ok(self.hidden, "generator hidden")
+        if self.lambda_trainable and self.lam is not None and self.lam == 0:
+            raise ValueError("a trainable lambda needs lambda > 0")
+        return self
+
+
+class GenerativeBandwidthOptions(StrictModel):
+    """Bandwidth h of k(a, b) = exp(−||a − b||²/h) (GPVI Appendix B.2 with the erratum's minus sign).
+
+    `median`: h = med / divisor(n), med the median of the squared distances over all pairs between the two
+    batches (the updated batch and the expectation batch; over distinct pairs for one-batch forms), n the
+    number of particles (generator batch size); h = 1 if med = 0. `fixed`: h = value.
+    Divisors: `log_n` (paper), `log_n_plus_1`, `log_n_squared` (ALF's GPVI: log(n·n')), `none`.
+    """
+
+    rule: Literal["median", "fixed"] = "median"
+    divisor: Literal["log_n", "log_n_plus_1", "log_n_squared", "none"] = "log_n"
+    value: float | None = Field(default=None, gt=0, le=1e12)
+
+    @model_validator(mode="after")
+    def _check(self) -> GenerativeBandwidthOptions:
+        if (self.rule == "fixed") != (self.value is not None):
+            raise ValueError("`value` is required by rule 'fixed' and only used by it")
+        return self
+
+
+def _generator_optimizer() -> OptimizerOptions:
+    return OptimizerOptions(name="adam", lr=1e-3)
+
+
+class GenerativeOptions(StrictModel):
+    generator: GeneratorOptions = Field(default_factory=GeneratorOptions)
+    optimizer: OptimizerOptions = Field(default_factory=_generator_optimizer,
+                                        description="generator optimiser (paper: Adam, lr 1e-3)")
+    entropy_weight: float = Field(default=1.0, ge=0, le=1e6,
+                                  description="multiplies the repulsive (entropy) term; 1 targets the posterior")
+    dtype: Literal["float32", "float64"] = "float32"
+
+
+class KernelGenerativeOptions(GenerativeOptions):
+    bandwidth: GenerativeBandwidthOptions = Field(default_factory=GenerativeBandwidthOptions)
+    expectation_particles: int | None = Field(
+        default=None, ge=2, le=100_000, description="size n' of the independent expectation batch (default n)")
+
+
+class HelperOptions(StrictModel):
+    """GPVI's helper network (Appendix B.1): trained `steps` times per generator step on the current batch.
+
+    pairwise: h(z'[:k], w) → k, one ReLU layer per input branch (width `hidden_width`), concatenated, then
+    `hidden_layers` ReLU layers of width 2·hidden_width, linear output (ALF's InverseMVPAlgorithm).
+    matrix: P(z'[:k]) → k×k, an MLP with `hidden_layers` ReLU layers of width `hidden_width`, trained on
+    `probes` random N(0, I_k) vectors per z' with the same residual.
+    """
+
+    def optimizer_for(self, kind: str) -> OptimizerOptions:
+        if self.optimizer is not None:
+            return self.optimizer
+        return OptimizerOptions(name="adam", lr=1e-4 if kind == "pairwise" else 1e-3)
+
+    hidden_width: int = Field(default=32, ge=1, le=MAX_WIDTH)
+    hidden_layers: int = Field(default=3, ge=0, le=8)
+    optimizer: OptimizerOptions | None = Field(
+        default=None, description="helper optimiser; default Adam lr 1e-4 (paper) for `pairwise`, Adam lr 1e-3 "
+        "for `matrix` (its k×k output must track the generator's Jacobian as fast as the generator moves)")
+    steps: int = Field(default=1, ge=1, le=100, description="helper updates per generator step")
+    probes: int = Field(default=8, ge=1, le=1024, description="matrix helper: random probes per z'")
+
+
+class GPVIOptions(KernelGenerativeOptions):
+    """GPVI with a learned Jacobian-inverse helper. `helper`: `pairwise` (the paper's h(z', ∇k), evaluated
+    on all n'·n pairs) or `matrix` (a k×k inverse per z', then kernel matmuls: no network on the pairs)."""
+
+    helper: Literal["pairwise", "matrix"] = "pairwise"
+    helper_network: HelperOptions = Field(default_factory=HelperOptions)
+
+
+class GPVIExactOptions(KernelGenerativeOptions):
+    """GPVI with the k×k Jacobian block formed (torch.func) and solved exactly (torch.linalg.solve)."""
+
+
+class AmortizedSVGDOptions(KernelGenerativeOptions):
+    """`expectation`: `independent` draws a second batch for the expectation (ALF's svgd3, default);
+    `same` uses the updated batch itself (classic SVGD on the batch, the one-batch form)."""
+
+    expectation: Literal["independent", "same"] = "independent"
+    backend: Literal["auto", "dense", "chunked", "triton", "keops"] = "auto"
+
+
+class AmortizedGFSFOptions(KernelGenerativeOptions):
+    """GFSF score estimate on the generated batch: ∇log q ≈ −(K + εI)⁻¹ Σ_j ∇_{x_j} k(x_j, ·)."""
+
+    gfsf_eps: float = Field(default=1e-5, gt=0, le=1.0, description="ε (ALF's Generator: 1e-5)")
+
+
+def _critic_optimizer() -> OptimizerOptions:
+    return OptimizerOptions(name="adam", lr=1e-3)
+
+
+class CriticOptions(StrictModel):
+    """KSD critic f_ψ: R^d → R^d (an MLP without BatchNorm), maximising the Stein discrepancy
+    E[∇log p·f + tr ∇f] − l2_weight·E||f||² (notes §1, minmax; Table 7: 1×100, lr 1e-3, L2 weight 10).
+    `trace`: exact (d backward passes) or Hutchinson (one Gaussian probe); `auto` is exact for d ≤ 32."""
+
+    hidden: list[int] = Field(default_factory=lambda: [100], max_length=8)
+    activation: Activation = "relu"
+    optimizer: OptimizerOptions = Field(default_factory=_critic_optimizer)
+    l2_weight: float = Field(default=10.0, ge=0, le=1e6)
+    steps: int = Field(default=2, ge=1, le=100, description="critic updates per generator step (ALF: 2)")
+    trace: Literal["auto", "exact", "hutchinson"] = "auto"
+
+    @model_validator(mode="after")
+    def _check(self) -> CriticOptions:
+        _widths_ok(self.hidden, "critic hidden")
+        return self
+
+
+class AmortizedKSDOptions(GenerativeOptions):
+    critic: CriticOptions = Field(default_factory=CriticOptions)
