@@ -52,10 +52,20 @@ def load_average() -> str:
     return f"{one:.2f} / {five:.2f} / {fifteen:.2f} (1 / 5 / 15 min)"
 
 
-def replace_section(path: Path, title: str, body: str) -> None:
-    """Write `## title` + body into a markdown file, replacing only that section (up to the next `## `)."""
+def machine_summary(with_load: bool = False) -> str:
+    """CPU, cores, torch threads and versions (and the load average now) for a report's header."""
+    import torch
+
+    text = (f"{cpu_model()}, {os.cpu_count()} logical cores, {torch.get_num_threads()} torch thread(s), "
+            f"torch {torch.__version__}, Python {platform.python_version()}")
+    return f"{text}; load average {load_average()}" if with_load else text
+
+
+def replace_section(path: Path, title: str, body: str, doc_title: str = "Benchmarks") -> None:
+    """Write `## title` + body into a markdown file, replacing only that section (up to the next `## `);
+    a missing file is created under `# doc_title`."""
     header = f"## {title}"
-    text = path.read_text() if path.exists() else "# Benchmarks\n\nEach section is written by the script it names.\n"
+    text = path.read_text() if path.exists() else f"# {doc_title}\n\nEach section is written by the script it names.\n"
     lines = text.splitlines()
     start = next((i for i, ln in enumerate(lines) if ln.strip() == header), None)
     section = [header, "", *body.rstrip("\n").splitlines(), ""]

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import os
-import platform
 import statistics
 import sys
 import time
@@ -25,9 +23,11 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from _timing import load_average, machine_summary, replace_section  # noqa: E402
 
 from inference_core.samplers import load  # noqa: E402
 from inference_core.spec import validate_job_spec  # noqa: E402
@@ -130,41 +130,6 @@ def sampler_section(repeats: int) -> list[str]:
     return lines
 
 
-def machine() -> str:
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return (f"{cpu}, {os.cpu_count()} logical cores, {torch.get_num_threads()} torch thread(s); torch "
-            f"{torch.__version__}, Python {platform.python_version()}")
-
-
-def load_average() -> str:
-    return " / ".join(f"{v:.2f}" for v in os.getloadavg()) + " (1 / 5 / 15 min)"
-
-
-def replace_section(path: Path, title: str, body: str) -> None:
-    """Write `## title` + body, replacing only that section (up to the next `## `); create the file if absent."""
-    header = f"## {title}"
-    text = path.read_text() if path.exists() else "# Benchmarks\n\nEach section is written by the script it names.\n"
-    lines = text.splitlines()
-    start = next((i for i, line in enumerate(lines) if line.strip() == header), None)
-    section = [header, "", *body.rstrip("\n").splitlines(), ""]
-    if start is None:
-        while lines and not lines[-1].strip():
-            lines.pop()
-        lines += ["", *section]
-    else:
-        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
-        lines[start:end] = section
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(lines).rstrip("\n") + "\n")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
@@ -179,7 +144,7 @@ def main() -> None:
     load_before = load_average()
     started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     body = [f"Run {started} with `python benchmarks/generative_speed.py{' --quick' if args.quick else ''}`. "
-            f"Machine: {machine()}. Load average at start: {load_before}. The machine is shared; ratios are "
+            f"Machine: {machine_summary()}. Load average at start: {load_before}. The machine is shared; ratios are "
             "measured side by side in one run (methods interleaved), absolute times are indicative only.", "",
             "### Sampling", ""]
     body += sampler_section(repeats)

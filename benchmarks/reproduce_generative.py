@@ -16,8 +16,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import os
-import platform
 import statistics
 import sys
 import time
@@ -26,9 +24,11 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from _timing import machine_summary, replace_section  # noqa: E402
 
 from inference_core import errors, run  # noqa: E402
 
@@ -122,7 +122,7 @@ def run_one(table: str, key: str, seed: int, steps: int, dim: int, lr: float) ->
     mean_abs = float((mean - mu).norm())
     return {"table": table, "key": key, "seed": seed, "steps": steps, "dim": dim, "lr": lr, "wall_s": wall,
             "step_ms": 1e3 * wall / steps, "cov_abs": cov_abs, "cov_rel": cov_abs / float(torch.linalg.matrix_norm(sigma)),
-            "mean_abs": mean_abs, "mean_rel": mean_abs / max(float(mu.norm()), 1e-300),
+            "mean_abs": mean_abs, "mean_rel": mean_abs / float(mu.norm()) if float(mu.norm()) > 0 else None,  # μ = 0: none
             "lambda": result.method.network.lam_float()}
 
 
@@ -152,20 +152,6 @@ def verdict(ours: list[float], published: float | None) -> str:
     if not ours or published is None:
         return "—"
     return "yes" if statistics.fmean(ours) <= published else "**no**"
-
-
-def machine() -> str:
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    load = " / ".join(f"{v:.2f}" for v in os.getloadavg())
-    return (f"{cpu}, {os.cpu_count()} logical cores, {torch.get_num_threads()} torch thread(s), torch "
-            f"{torch.__version__}, Python {platform.python_version()}; load average (1 / 5 / 15 min) {load}")
 
 
 def render(results: list[dict], meta: dict[str, Any]) -> str:
@@ -266,25 +252,6 @@ def goals(results: list[dict]) -> list[str]:
     return lines
 
 
-def replace_section(path: Path, title: str, body: str) -> None:
-    """Write `## title` + body, replacing only that section (up to the next `## `); create the file if absent."""
-    header = f"## {title}"
-    text = (path.read_text() if path.exists()
-            else "# Reproduction of published results\n\nEach section is written by the script it names.\n")
-    lines = text.splitlines()
-    start = next((i for i, line in enumerate(lines) if line.strip() == header), None)
-    section = [header, "", *body.rstrip("\n").splitlines(), ""]
-    if start is None:
-        while lines and not lines[-1].strip():
-            lines.pop()
-        lines += ["", *section]
-    else:
-        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
-        lines[start:end] = section
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(lines).rstrip("\n") + "\n")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true",
@@ -332,12 +299,12 @@ def main() -> None:
     wanted = set(jobs)
     chosen = [r for r in results if ident(r) in wanted]
     meta = {"quick": args.quick, "seeds": seeds, "gauss_steps": gauss_steps, "blr_steps": blr_steps, "lr": lr,
-            "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine()}
+            "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine_summary(with_load=True)}
     body = render(chosen, meta)
     if args.no_write:
         print(body)
     else:
-        replace_section(DOC, SECTION, body)
+        replace_section(DOC, SECTION, body, doc_title="Reproduction of published results")
         print(f"wrote ## {SECTION} to {DOC}")
     failed = [r for r in chosen if "error" in r]
     for r in failed:

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import platform
 import statistics
 import sys
 import time
@@ -44,7 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from _timing import cpu_model, load_average, replace_section  # noqa: E402
+from _timing import machine_summary, replace_section  # noqa: E402
 
 from inference_core import run  # noqa: E402
 from inference_core.metrics.discrepancy import mmd2_rbf  # noqa: E402
@@ -75,11 +74,6 @@ def mean_std(values: list[float]) -> tuple[float, float]:
 
 def fmt_ms(pair: tuple[float, float], digits: int = 3) -> str:
     return f"{pair[0]:.{digits}f} ± {pair[1]:.{digits}f}"
-
-
-def machine() -> str:
-    return (f"{cpu_model()}, {torch.get_num_threads()} torch thread(s), torch {torch.__version__}, "
-            f"Python {platform.python_version()}; load average at start {load_average()}")
 
 
 def save(results_dir: Path, part: str, payload: dict[str, Any]) -> None:
@@ -148,7 +142,7 @@ def run_blr(seeds: list[int], steps: int, n_data: int, methods: list[str]) -> di
                 "spread_eigenvalues": [float(v) for v in spread],
             })
             print(f"blr {key} seed {seed}: {rows[key][-1]}", flush=True)
-    return {"steps": steps, "n_data": n_data, "seeds": seeds, "rows": rows, "machine": machine(),
+    return {"steps": steps, "n_data": n_data, "seeds": seeds, "rows": rows, "machine": machine_summary(with_load=True),
             "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")}
 
 
@@ -236,7 +230,7 @@ def run_breast(trials: int, steps: int, ns: list[int], ms: list[int], methods: l
     from numpyro.diagnostics import effective_sample_size
 
     ess = effective_sample_size(reference[None])
-    return {"steps": steps, "trials": trials, "ns": ns, "ms": ms, "rows": rows, "machine": machine(),
+    return {"steps": steps, "trials": trials, "ns": ns, "ms": ms, "rows": rows, "machine": machine_summary(with_load=True),
             "reference_draws": int(reference.shape[0]), "reference_ess_min": float(ess.min()),
             "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")}
 
@@ -249,7 +243,7 @@ def run_walltime(ns: list[int], m: int, steps: int, methods: list[str]) -> dict[
             run(breast_spec(method, n, m, steps, seed=0))
             rows[method][str(n)] = time.perf_counter() - started
             print(f"walltime {method} n={n}: {rows[method][str(n)]:.2f} s", flush=True)
-    return {"ns": ns, "m": m, "steps": steps, "rows": rows, "machine": machine(),
+    return {"ns": ns, "m": m, "steps": steps, "rows": rows, "machine": machine_summary(with_load=True),
             "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")}
 
 
@@ -262,23 +256,35 @@ LABELS = {"svgd": "SVGD", "gfsf": "GFSF", "ksd": "KSD", "wsgld": "w-SGLD-B", "pi
           "adversarial induced (batched)"}
 
 
-def ksd_note(res: dict[str, Any]) -> str:
-    runs = res["rows"]["ksd"]
-    smallest = [min(r["spread_eigenvalues"]) for r in runs if "spread_eigenvalues" in r]
-    where = f" (smallest spread eigenvalue {min(smallest):.2f}-{max(smallest):.2f} over the seeds)" if smallest else ""
-    return KSD_NOTE.replace("{where}", where)
+def within_published(method: str, runs: list[dict[str, float]]) -> tuple[bool, bool]:
+    """(mean, cov) relative errors at or below the published mean + one std."""
+    (pm, pms), (pc, pcs) = PUBLISHED_BLR[method]
+    return (statistics.fmean(r["mean_rel"] for r in runs) <= pm + pms,
+            statistics.fmean(r["cov_rel"] for r in runs) <= pc + pcs)
 
 
-KSD_NOTE = (
-    "KSD is outside the published error bars in the paper's minibatch setting. Each step the critic takes 2 Adam "
-    "steps on ONE minibatch's scores (batch 10 of 50, likelihood × 5), so it chases the minibatch noise, a "
-    "random affine function of the weights, and the particles follow that critic: their covariance shrinks, "
-    "most along one direction{where}. With full-data scores and every other setting "
-    "unchanged (the diagnostic row) KSD is within the published bars, so the critic update itself is not the "
-    "cause. One difference with the code behind the paper that we keep on purpose: ALF's critic has BatchNorm "
-    "by default, which we leave out (it couples the particles and biases the trace); whether it explains the "
-    "gap was not tested."
-)
+def ksd_note(res: dict[str, Any]) -> list[str]:
+    """Why KSD misses in the minibatch setting, said only as far as this run's rows show it."""
+    rows = res["rows"]
+    if all(within_published("ksd", rows["ksd"])):
+        return []
+    smallest = [min(r["spread_eigenvalues"]) for r in rows["ksd"]]
+    note = ("KSD is outside the published error bars in the paper's minibatch setting. Each step the critic takes "
+            "2 Adam steps on ONE minibatch's scores (batch 10 of 50, likelihood × 5), so it chases the minibatch "
+            "noise, a random affine function of the weights, and the particles follow that critic: their "
+            "covariance shrinks, most along one direction (smallest spread eigenvalue "
+            f"{min(smallest):.2f}-{max(smallest):.2f} over the seeds).")
+    full = rows.get("ksd_fullbatch")
+    if full is not None:
+        if all(within_published("ksd", full)):
+            note += (" With full-data scores and every other setting unchanged (the diagnostic row) KSD is within "
+                     "the published bars, so the critic update itself is not the cause.")
+        else:
+            note += " With full-data scores (the diagnostic row) it is still outside them."
+    note += (" One difference with the code behind the paper that we keep on purpose: ALF's critic has BatchNorm "
+             "by default, which we leave out (it couples the particles and biases the trace); whether it explains "
+             "the gap was not tested.")
+    return ["", note]
 
 
 def report_blr(res: dict[str, Any]) -> list[str]:
@@ -313,8 +319,7 @@ def report_blr(res: dict[str, Any]) -> list[str]:
         mean_rel = mean_std([r["mean_rel"] for r in runs])
         cov_rel = mean_std([r["cov_rel"] for r in runs])
         (pm, pms), (pc, pcs) = PUBLISHED_BLR[method]
-        ok_mean = mean_rel[0] <= pm + pms
-        ok_cov = cov_rel[0] <= pc + pcs
+        ok_mean, ok_cov = within_published(method, runs)
         verdict = "yes" if (ok_mean and ok_cov) else (
             "mean: " + ("yes" if ok_mean else "no") + ", cov: " + ("yes" if ok_cov else "no"))
         label = LABELS[method] + (" — full batch (diagnostic)" if key.endswith("_fullbatch") else "")
@@ -329,7 +334,7 @@ def report_blr(res: dict[str, Any]) -> list[str]:
                     f" " + ", ".join("[" + " ".join(f"{v:.2f}" for v in ev) + "]" for ev in evs)
                     for m, evs in spreads.items()) + "."]
     if "ksd" in res["rows"]:
-        out += ["", ksd_note(res)]
+        out += ksd_note(res)
     walls = {m: statistics.fmean([r["wall_s"] for r in runs]) for m, runs in res["rows"].items()}
     out += ["", "Wall time per run: " + ", ".join(
         f"{LABELS[m.removesuffix('_fullbatch')]}{' (full batch)' if m.endswith('_fullbatch') else ''} {w:.0f} s"
@@ -490,7 +495,7 @@ def main() -> None:
     results_dir = args.results_dir / "quick" if args.quick else args.results_dir
 
     if "blr" in parts:
-        methods = chosen or list(PUBLISHED_BLR)
+        methods = chosen or [*PUBLISHED_BLR, "ksd_fullbatch"]
         res = run_blr(list(range(1 if args.quick else args.seeds)), 300 if args.quick else 50_000, 50, methods)
         previous = load(results_dir, "blr")
         if previous is not None and chosen:  # a partial rerun adds or replaces only its methods' rows

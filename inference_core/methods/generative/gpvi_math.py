@@ -25,13 +25,13 @@ RBF kernel on the noise: k(a, b) = exp(−||a − b||²/h), ∇_a k(a, b) = (2/h
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import torch
 from torch import Tensor
 
 from inference_core.kernels import kernel_matmul
+from inference_core.kernels.bandwidth import divisor_value
 
 #: Above this many pairs the median is taken over the first 2048 rows of each batch.
 MEDIAN_MAX_PAIRS = 2048 * 2048
@@ -46,18 +46,6 @@ def squared_distances(a: Tensor, b: Tensor) -> Tensor:
     a, b = a - centre, b - centre
     sq = a.square().sum(-1, keepdim=True) + b.square().sum(-1)[None, :] - 2.0 * (a @ b.T)
     return sq.clamp_min_(0.0)
-
-
-def divisor_value(divisor: str, n: int) -> float:
-    if divisor == "log_n":
-        return math.log(n)
-    if divisor == "log_n_plus_1":
-        return math.log(n + 1)
-    if divisor == "log_n_squared":
-        return 2.0 * math.log(n)
-    if divisor == "none":
-        return 1.0
-    raise ValueError(f"unknown bandwidth divisor {divisor!r}")
 
 
 def median_bandwidth(sq: Tensor, divisor: str, n: int, distinct_pairs: bool = False) -> float:

@@ -1,17 +1,3 @@
-"""One intra-op thread for these small problems: with several threads on a shared, loaded CPU the tiny
-matmuls of these tests spend most of their time synchronising. Restored after each test."""
+"""Single-threaded torch for these tests (see tests/support/threads.py)."""
 
-from __future__ import annotations
-
-from collections.abc import Iterator
-
-import pytest
-import torch
-
-
-@pytest.fixture(autouse=True)
-def single_thread() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+from tests.support.threads import single_torch_thread  # noqa: F401  (autouse fixture)

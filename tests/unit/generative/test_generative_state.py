@@ -164,6 +164,28 @@ def test_a_bnn_hypernetwork_starts_at_the_targets_initialisation_scale() -> None
     method.step()  # and it trains
 
 
+@pytest.mark.parametrize("helper", ["pairwise", "matrix"])
+def test_a_hypernetwork_for_a_ten_thousand_weight_bnn_trains_in_the_block_form(helper: str) -> None:
+    """k = 16 noise inputs, d = 10,402 weights: the helper and the solves are k-sized, so a step is cheap."""
+    from inference_core.spec import validate_job_spec
+    from inference_core.training import build_method
+
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(64, 50, generator=g)
+    target = {"kind": "bnn", "dataset": {"X": X.tolist(), "y": X[:, 0].tolist()}, "hidden": [200],
+              "task": "regression"}
+    method = build_method(validate_job_spec({
+        "method": "gpvi", "target": target, "num_particles": 32, "steps": 2, "seed": 0,
+        "options": {"helper": helper, "generator": {"hidden": [64], "noise_dim": 16}}}))
+    assert method.target.dim == 50 * 200 + 200 + 200 + 1 + 1
+    before = method.network.output.weight.detach().clone()
+    method.step()
+    method.step()
+    after = method.network.output.weight.detach()
+    assert torch.isfinite(after).all() and not torch.equal(before, after)
+    assert method.sampler().sample(3, 0).shape == (3, method.target.dim)
+
+
 def test_the_pairwise_helper_refuses_an_oversized_pair_batch() -> None:
     from inference_core.spec import validate_job_spec
     from inference_core.training import build_method

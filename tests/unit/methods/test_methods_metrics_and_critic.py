@@ -9,6 +9,7 @@ import torch
 from methods_support import F64, gram, imq, rbf, stein_kernel
 
 from inference_core import run
+from inference_core.catalog import METHODS
 from inference_core.methods.critic import CriticMLP, jacobian_trace, stein_critic_loss
 from inference_core.metrics.discrepancy import ksd_imq, mmd2_rbf
 from inference_core.metrics.evaluation import Evaluator
@@ -135,3 +136,37 @@ def test_critic_loss_is_minus_the_stein_term_plus_the_l2_penalty() -> None:
     expected_stein = float(((s * fx).sum(1) + traces).mean())
     assert float(stein) == pytest.approx(expected_stein, rel=1e-10)
     assert float(loss.detach()) == pytest.approx(-expected_stein + 10.0 * float(fx.square().sum(1).mean()), rel=1e-10)
+
+
+PARTICLE_METHODS = sorted(name for name, info in METHODS.items()
+                          if info.family == "particle")
+
+
+@pytest.mark.parametrize("name", PARTICLE_METHODS)
+def test_every_step_reports_step_time_bandwidth_and_stein_force(name: str) -> None:
+    options = {"subset_size": 8} if name.startswith("svgd_") else {}
+    method = build_method(validate_job_spec({
+        "method": name, "target": {"kind": "gaussian", "mean": [1.0, -1.0], "cov": [[1.0, 0.3], [0.3, 0.5]]},
+        "num_particles": 16, "steps": 2, "seed": 0, "options": options}))
+    metrics = method.step()
+    assert metrics["step_time_s"] > 0 and np.isfinite(metrics["stein_force_norm"]) and metrics["stein_force_norm"] > 0
+    if name != "ksd":  # the critic method has no kernel
+        assert metrics["bandwidth"] > 0
+
+
+def test_svgd_stein_force_is_the_rms_of_the_direction_computed_naively() -> None:
+    mean, cov = torch.tensor([1.0, -1.0], dtype=F64), torch.tensor([[1.0, 0.3], [0.3, 0.5]], dtype=F64)
+    method = build_method(validate_job_spec({
+        "method": "svgd", "target": {"kind": "gaussian", "mean": mean.tolist(), "cov": cov.tolist()},
+        "num_particles": 12, "steps": 1, "seed": 4, "options": {"dtype": "float64", "optimizer": {"name": "sgd"}}}))
+    x = method.particles().clone()
+    metrics = method.step()
+    h, n = metrics["bandwidth"], x.shape[0]
+    score = -(x - mean) @ torch.linalg.inv(cov)
+    phi = torch.zeros_like(x)
+    for i in range(n):
+        for j in range(n):
+            k = torch.exp(-((x[j] - x[i]) ** 2).sum() / h)
+            phi[i] += k * score[j] + 2.0 * (x[i] - x[j]) / h * k
+    phi /= n
+    assert metrics["stein_force_norm"] == pytest.approx(float(phi.square().sum(-1).mean().sqrt()), rel=1e-9)
