@@ -83,13 +83,14 @@ def cross_kernel_matmul(z: Tensor, z_expect: Tensor, V: Tensor, h: float, sq: Te
 
 
 def cross_kernel_matmuls(z: Tensor, z_expect: Tensor, pieces: list[Tensor], h: float, sq: Tensor | None = None,
-                         backend: str = "auto") -> list[Tensor]:
-    """[Σ_j k(z_i, z'_j) V_j for V in pieces]: one product per piece with the kernel matrix when `sq` is
-    given and small enough (no concatenation copy), else one `kernels.kernel_matmul` pass over them all."""
+                         backend: str = "auto", scale: float = 1.0) -> list[Tensor]:
+    """[scale · Σ_j k(z_i, z'_j) V_j for V in pieces]: one product per piece with the (scaled) kernel matrix
+    when `sq` is given and small enough (no concatenation copy), else one `kernels.kernel_matmul` pass over
+    them all."""
     if sq is not None and sq.numel() <= DENSE_MAX_PAIRS:
-        Kt = torch.exp(-sq / h).T
+        Kt = torch.exp(-sq / h).T * scale
         return [Kt @ piece for piece in pieces]
-    joined = kernel_matmul(z, z_expect, torch.cat(pieces, dim=1), h, backend=backend)
+    joined = kernel_matmul(z, z_expect, torch.cat(pieces, dim=1), h, backend=backend) * scale
     return list(torch.split(joined, [piece.shape[1] for piece in pieces], dim=1))
 
 
@@ -177,7 +178,7 @@ def matrix_direction(z: Tensor, z_expect: Tensor, score_expect: Tensor, h: float
         m = R.shape[-1]
         pieces += [R.reshape(n_expect, k * m), (R @ u_expect[..., None]).squeeze(-1), z_expect[:, k:],
                    torch.ones(n_expect, 1, dtype=z.dtype, device=z.device)]
-    sums = [part / n_expect for part in cross_kernel_matmuls(z, z_expect, pieces, h, sq, backend)]
+    sums = cross_kernel_matmuls(z, z_expect, pieces, h, sq, backend, scale=1.0 / n_expect)
     drive, sum_P, sum_P_z = sums[0], sums[1].reshape(-1, k, k), sums[2]
     top = (sum_P @ z[:, :k, None]).squeeze(-1) - sum_P_z
     if coupling is None:

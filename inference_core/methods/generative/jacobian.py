@@ -86,25 +86,27 @@ class GeneratorJacobian:
 
     def features_jacobian(self) -> Tensor | None:
         """J_φ(z'_j) [n', m, k] (None for a linear generator: the identity), by forward propagation through
-        the layers, J_1 = diag(act'(pre_1)) W_1 and J_l = diag(act'(pre_l)) W_l J_{l−1}."""
+        the layers, J_1 = diag(act'(pre_1)) W_1 and J_l = diag(act'(pre_l)) W_l J_{l−1}. Carried transposed,
+        Jᵀ [n', k, m], so each layer is ONE folded GEMM [n'·k, m_in] @ W_lᵀ rather than n' small ones;
+        returned as a transposed view."""
         if self.linear:
             return None
         act = ACTIVATIONS[self.activation]
-        h, J = self.z_prefix, None
+        h, Jt = self.z_prefix, None
         for weight, bias in self.hidden:
             pre = torch.nn.functional.linear(h, weight, bias)
             out = act(pre)
-            slope = activation_slope(self.activation, pre, out)
-            J = slope.unsqueeze(-1) * (weight if J is None else weight @ J)
+            slope = activation_slope(self.activation, pre, out).unsqueeze(-2)  # [n', 1, m_l]
+            Jt = slope * (weight.T if Jt is None else Jt @ weight.T)
             h = out
-        return J
+        return Jt.transpose(-1, -2)
 
     def top_block(self, features_jacobian: Tensor | None) -> Tensor:
         """A_j = W_top J_φ(z'_j), [n', k, k]."""
         n = self.z_prefix.shape[0]
         if features_jacobian is None:
             return self.w_top.expand(n, -1, -1)
-        return self.w_top @ features_jacobian
+        return (features_jacobian.transpose(-1, -2) @ self.w_top.T).transpose(-1, -2)  # one folded GEMM
 
     def coupling_factors(self, features_jacobian: Tensor | None, z: Tensor, z_expect: Tensor
                          ) -> tuple[Tensor, Tensor, Tensor]:
@@ -119,5 +121,6 @@ class GeneratorJacobian:
             else:
                 Q = features_jacobian.transpose(-1, -2)
             return Q, z[:, k:] @ self.w_rest, z_expect[:, k:] @ self.w_rest
-        B = self.w_rest.expand(n_expect, -1, -1) if features_jacobian is None else self.w_rest @ features_jacobian
-        return B.transpose(-1, -2), z[:, k:], z_expect[:, k:]
+        if features_jacobian is None:
+            return self.w_rest.T.expand(n_expect, -1, -1), z[:, k:], z_expect[:, k:]
+        return features_jacobian.transpose(-1, -2) @ self.w_rest.T, z[:, k:], z_expect[:, k:]  # Bᵀ, folded
