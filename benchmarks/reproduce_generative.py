@@ -225,7 +225,42 @@ def render(results: list[dict], meta: dict[str, Any]) -> str:
                    f"{statistics.median(t):.2f} |")
     out += ["", "### Goals", ""]
     out += goals(results)
+    out += per_seed(results)
     return "\n".join(out) + "\n"
+
+
+def per_seed(results: list[dict]) -> list[str]:
+    """The seeds behind the means: a miss driven by one seed reads differently from a uniform one."""
+    lines = ["", "Per seed (5-D: absolute Σ error; BLR: relative Σ error), seeds in order:", ""]
+    for key in VARIANTS:
+        g5 = pick(results, "gauss", key, 5, "cov_abs")
+        blr = pick(results, "blr", key, 3, "cov_rel")
+        if g5 or blr:
+            lines.append(f"- {LABELS[key]}: 5-D " + ", ".join(f"{v:.3f}" for v in g5) + "; BLR "
+                         + ", ".join(f"{v:.3f}" for v in blr) + ".")
+    lines += ["", "Where the pairwise-helper GPVI misses a goal, the mean is driven by one seed per table while its "
+              "other seeds sit at the exact solve's level (compare the `gpvi_exact` line, same data and seeds). The "
+              "paper-sized helper (10 wide × 3, Adam 1e-4) is the only difference between those two rows; why it "
+              "fails on that one seed was not diagnosed."]
+    uniform = []  # amortised baselines outside the published bar on EVERY seed
+    for key in AMORTISED:
+        for table, dim, field, published, name in (("gauss", 5, "cov_abs", PUBLISHED_T1[key][1], "5-D Σ"),
+                                                  ("blr", 3, "cov_rel", PUBLISHED_T2[key][1], "BLR Σ")):
+            values = pick(results, table, key, dim, field)
+            if values and min(values) > published[0] + published[1]:
+                uniform.append(f"{LABELS[key]} ({name}: best seed {min(values):.3f} against {published[0]} ± "
+                               f"{published[1]})")
+    if uniform:
+        lines += ["", "Outside the published error bar on every seed, so not a single bad run: " + "; ".join(uniform)
+                  + ". Our baselines follow ALF's settings as described in the common settings above; the cause "
+                  "of these gaps was not diagnosed."]
+    norms = {r["seed"]: r["cov_abs"] / r["cov_rel"] for r in results
+             if r["table"] == "gauss" and r["dim"] == 5 and r["cov_rel"]}
+    if norms:
+        lines += ["", "Absolute 5-D errors scale with ‖Σ*‖_F, which is " + ", ".join(
+            f"{norms[seed]:.1f}" for seed in sorted(norms)) + " for seeds " + ", ".join(map(str, sorted(norms)))
+            + "."]
+    return lines
 
 
 def goals(results: list[dict]) -> list[str]:

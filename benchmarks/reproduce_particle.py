@@ -450,6 +450,20 @@ def breast_findings(res: dict[str, Any]) -> list[str]:
     if not any(math.isnan(v) for v in sub):
         lines.append(f"* \"random subset goes in the reverse direction\" (m/n falls from 1/2 to 1/5): ours "
                      f"{sub[0]:.3f} at n = {ns[0]} → {sub[-1]:.3f} at n = {ns[-1]}.")
+    last = str(ns[-1])
+    exact = [m for m in ("svgd", "gfsf", "wsgld", "pisgld") if last in res["rows"].get(m, {})]
+    if exact:
+        spreads = [statistics.fmean(r["std_ratio"] for r in res["rows"][m][last]) for m in exact]
+        lines.append(f"* Not a claim of the paper, but what drives our numbers: at n = {ns[-1]} the exact-interaction "
+                     f"kernel methods ({', '.join(LABELS[m] for m in exact)}) keep only {min(spreads):.2f}-"
+                     f"{max(spreads):.2f} of the NUTS spread per coordinate (the variance collapse of SVGD-type "
+                     "methods in d = 32 with a median-heuristic RBF kernel), so their MMD stays far above the "
+                     "n-exact-draws floor; the noisier O(nm) updates collapse less, which is much of why they score "
+                     "lower here.")
+    if last in res["rows"].get("ksd", {}):
+        ksd_spread = statistics.fmean(r["std_ratio"] for r in res["rows"]["ksd"][last])
+        if ksd_spread > 1.5:
+            lines.append(f"* KSD's particles err the other way: {ksd_spread:.1f}× the NUTS spread at n = {ns[-1]}.")
     bat = curve("svgd_induced_adversarial_batched")
     if not any(math.isnan(v) for v in bat + adv):
         lines.append(f"* \"taking a batch … hurts the performance but performs faster\": ours batched vs full "
