@@ -2,7 +2,7 @@
 docs/benchmarks.md (only that section is replaced).
 
     nice -n 10 python benchmarks/generative_speed.py            # full
-    python benchmarks/generative_speed.py --quick               # fewer repeats (a smoke run)
+    python benchmarks/generative_speed.py --quick               # fewer repeats (a smoke run; prints only)
 
 1. `Sampler.sample(10000, seed)` for a trained 2-D GPVI generator (MLP 2→64→64→2, ReLU): median over repeats;
    also `load(zip)` + sample, and the ONNX graph under onnxruntime on the same noise, if installed.
@@ -175,7 +175,7 @@ def main() -> None:
         "pairs, which is why `helper: \"matrix\"` exists.", "",
         f"Load average at the end: {load_average()}."]
     text = "\n".join(body) + "\n"
-    if args.no_write:
+    if args.no_write or args.quick:  # a smoke run never replaces the record
         print(text)
     else:
         replace_section(DOC, SECTION, text)

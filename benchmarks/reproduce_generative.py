@@ -3,7 +3,7 @@ write them, side by side with the published numbers, to the `## Generative metho
 docs/reproduction.md (only that section is replaced).
 
     nice -n 10 python benchmarks/reproduce_generative.py            # full: 20,000 / 50,000 steps, 3 seeds
-    python benchmarks/reproduce_generative.py --quick               # smoke run: 1 seed, short runs
+    python benchmarks/reproduce_generative.py --quick               # smoke run: 1 seed, short runs; prints only
 Finished runs are kept in benchmarks/results/generative_runs.json (`--cache`); a rerun skips them.
 
 Tables: 1 (Σ error, 2-D and 5-D Gaussians, Σ* = SSᵀ with S_ij ~ N(0, 1)), 2 (Bayesian linear regression,
@@ -312,7 +312,10 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown methods {sorted(unknown)}")
     results: list[dict] = []
-    if args.cache and args.cache.exists():
+    if args.quick:  # smoke runs never mix with the committed record
+        args.cache = args.cache.parent / "quick" / args.cache.name
+        args.cache.parent.mkdir(parents=True, exist_ok=True)
+    if args.cache.exists():
         results = json.loads(args.cache.read_text())
     jobs = []
     for table in args.tables.split(","):
@@ -329,14 +332,13 @@ def main() -> None:
         row = run_one(*job)
         results.append(row)
         print(json.dumps(row), flush=True)
-        if args.cache:
-            args.cache.write_text(json.dumps(results, indent=1))
+        args.cache.write_text(json.dumps(results, indent=1))
     wanted = set(jobs)
     chosen = [r for r in results if ident(r) in wanted]
     meta = {"quick": args.quick, "seeds": seeds, "gauss_steps": gauss_steps, "blr_steps": blr_steps, "lr": lr,
             "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine_summary(with_load=True)}
     body = render(chosen, meta)
-    if args.no_write:
+    if args.no_write or args.quick:  # a smoke run never replaces the record
         print(body)
     else:
         replace_section(DOC, SECTION, body, doc_title="Reproduction of published results")
