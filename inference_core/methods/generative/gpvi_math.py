@@ -33,19 +33,14 @@ from torch import Tensor
 from inference_core.kernels import kernel_matmul
 from inference_core.kernels.bandwidth import divisor_value
 
+# ||a_i − b_j||² [na, nb], centred Gram form on the union mean, clamped at 0 (shared with the speed-ups).
+from inference_core.methods.kernel_sums import cross_sq_dists as squared_distances
+
 #: Above this many pairs the median is taken over the first 2048 rows of each batch.
 MEDIAN_MAX_PAIRS = 2048 * 2048
 #: Up to this many pairs a kernel matmul reuses the distance matrix already formed for the bandwidth;
 #: beyond, it goes through kernels.kernel_matmul (memory-bounded chunks).
 DENSE_MAX_PAIRS = 2**22
-
-
-def squared_distances(a: Tensor, b: Tensor) -> Tensor:
-    """||a_i − b_j||² [na, nb], in the Gram form on inputs centred by the mean of a ∪ b (clamped at 0)."""
-    centre = torch.cat([a, b]).mean(0, keepdim=True)
-    a, b = a - centre, b - centre
-    sq = a.square().sum(-1, keepdim=True) + b.square().sum(-1)[None, :] - 2.0 * (a @ b.T)
-    return sq.clamp_min_(0.0)
 
 
 def median_bandwidth(sq: Tensor, divisor: str, n: int, distinct_pairs: bool = False) -> float:
