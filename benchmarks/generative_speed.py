@@ -70,9 +70,11 @@ def build(method: str, target: dict, generator: dict, extra: dict, n: int, seed:
     return build_method(validate_job_spec(spec))
 
 
-def step_times(config: dict, n: int, rounds: int, block: int) -> list[tuple[str, float]]:
-    """Median ms per step of each method, the methods interleaved block by block."""
-    built = [(label, build(method, config["target"], config["generator"], extra, n)) for method, label, extra in METHODS]
+def step_times(config: dict, n: int, rounds: int, block: int, pairwise: bool = True) -> list[tuple[str, float]]:
+    """Median ms per step of each method, the methods interleaved block by block (the pairwise helper only
+    with `pairwise`)."""
+    built = [(label, build(method, config["target"], config["generator"], extra, n)) for method, label, extra in METHODS
+             if pairwise or extra.get("helper") != "pairwise"]
     for _, m in built:
         for _ in range(5):  # warm-up
             m.step()
@@ -134,7 +136,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--particles", type=int, default=100)
+    parser.add_argument("--particles", type=int, nargs="+", default=[100, 1000],
+                        help="batch sizes; the first with every method, the others without the pairwise helper")
+    parser.add_argument("--large-n-rows", type=int, default=2, help="configs (in order) measured beyond the first n")
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--block", type=int, default=20)
     parser.add_argument("--no-write", action="store_true")
@@ -148,31 +152,46 @@ def main() -> None:
             "measured side by side in one run (methods interleaved), absolute times are indicative only.", "",
             "### Sampling", ""]
     body += sampler_section(repeats)
+    first_n = args.particles[0]
     body += ["", "### Training step: GPVI against amortised SVGD on the same generator", "",
-             f"{args.particles} particles per batch (and an expectation batch of {args.particles} for GPVI and "
-             f"amortised SVGD); every method builds the identical generator from the same seed. {rounds} rounds of "
-             f"{block} steps per method, taken in turn; median ms per step. Goal: GPVI ≤ {GOAL_RATIO}× amortised "
-             "SVGD.", ""]
-    for config in CONFIGS:
-        times = step_times(config, args.particles, rounds, block)
-        base = times[0][1]
-        body += [f"**{config['name']}**", "", "| method | ms / step | × amortised SVGD | ≤ 1.5×? |", "|---|---|---|---|"]
-        for label, ms in times:
-            ratio = ms / base
-            ok = "—" if label == times[0][0] else ("yes" if ratio <= GOAL_RATIO else "**no**")
-            body.append(f"| {label} | {ms:.2f} | {ratio:.2f}× | {ok} |")
-        body.append("")
-        print("\n".join(body[-len(times) - 3:]), flush=True)
+             "n particles per batch and an expectation batch of n for GPVI and amortised SVGD; every method builds the "
+             f"identical generator from the same seed. {rounds} rounds of {block}·{first_n}/n steps (at least 1) per "
+             f"method, taken in turn; median ms per step. Goal: GPVI ≤ {GOAL_RATIO}× amortised SVGD. The pairwise "
+             f"helper is measured at n = {first_n} only (its cost grows with the n·n' helper evaluations), the larger n "
+             f"for the first {args.large_n_rows} generators only.", ""]
+    for config_index, config in enumerate(CONFIGS):
+        for n in args.particles:
+            if n != first_n and config_index >= args.large_n_rows:
+                continue
+            times = step_times(config, n, rounds, max(1, block * first_n // n), pairwise=n == first_n)
+            base = times[0][1]
+            body += [f"**{config['name']}, n = {n}**", "", "| method | ms / step | × amortised SVGD | ≤ 1.5×? |",
+                     "|---|---|---|---|"]
+            for label, ms in times:
+                ratio = ms / base
+                ok = "—" if label == times[0][0] else ("yes" if ratio <= GOAL_RATIO else "**no**")
+                body.append(f"| {label} | {ms:.2f} | {ratio:.2f}× | {ok} |")
+            body.append("")
+            print("\n".join(body[-len(times) - 3:]), flush=True)
     body += [
-        "Where GPVI's extra time goes (the structure of the step, not a measurement): on top of amortised SVGD's "
-        "work (generator forward/backward, scores, an n×n' kernel on d-vectors) a GPVI step forms J_φ(z'_j) for "
-        "the n' expectation points, takes one helper update (`gpvi`), or n' k×k solves (`gpvi_exact`), and reduces "
-        "kernel sums of per-point matrices, Σ_j K_ij P_j (k² columns) and, when k < d, Σ_j K_ij P_j J_φ(z'_j)ᵀ "
-        "(k·m columns, m the generator's last hidden width): n·n'·(d + k² + k·m + d − k) multiply-adds against "
-        "amortised SVGD's ~2·n·n'·d. For the hypernetwork row (n = n' = 100, k = 32, m = 64, d = 502) that is "
-        "~41 M against ~10 M; for the 2-D rows the work is tiny and per-call overheads (J_φ, the helper's "
-        "forward/backward and Adam step) dominate. The `pairwise` helper evaluates its network on all n·n' "
-        "pairs, which is why `helper: \"matrix\"` exists.", "",
+        "Where GPVI's extra time goes (the structure of the step, not a measurement). On top of amortised SVGD's "
+        "work (generator forward/backward, scores, an n×n' kernel reduction over 2d + 1 columns) a GPVI step forms "
+        "J_φ(z'_j) at the n' expectation points, takes one helper update (`gpvi`) or n' k×k solves (`gpvi_exact`), "
+        "and reduces kernel sums of per-point matrices, Σ_j K_ij P_j (k² columns) and, when k < d, "
+        "Σ_j K_ij P_j J_φ(z'_j)ᵀ (k·m columns, m the generator's last hidden width), all in one pass over the "
+        "kernel: d + k² + k·m + d + 2k + 1 columns against amortised SVGD's 2d + 1. "
+        "(1) At n = 100 in 2-D the arithmetic is tiny and the step is a sequence of ~100 small tensor operations "
+        "at a few µs each; the matrix helper's update (forward, analytic backward, one Adam step on its single flat "
+        "parameter tensor) adds about 30 of them, which is the gap to the exact solve. "
+        "(2) As n grows the n×n' kernel work takes over, and in 2-D GPVI needs only a few more columns than "
+        "amortised SVGD, so the ratio falls towards 1 (n = 1000 rows). "
+        "(3) For the hypernetwork (n = 100, k = 32, m = 64, d = 502; counted, not measured) the reduction has "
+        "4,109 columns against 1,005 (≈ 31 M extra multiply-adds), J_φ, the blocks A_j and the products "
+        "P_j J_φ(z'_j)ᵀ add ≈ 26 M and the helper's update ≈ 13 M: ≈ 70 M on top of amortised SVGD's whole step of "
+        "≈ 35 M (generator forward on both batches and backward, scores, distances, its reduction). No "
+        "implementation of the exact block form can reach 1.5× there; only a cheaper, approximate coupling "
+        "would. The `pairwise` helper evaluates its network on all n·n' pairs, which is "
+        "why `helper: \"matrix\"` exists.", "",
         f"Load average at the end: {load_average()}."]
     text = "\n".join(body) + "\n"
     if args.no_write or args.quick:  # a smoke run never replaces the record

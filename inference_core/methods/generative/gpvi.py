@@ -10,7 +10,8 @@ one step:
      eq. 10 (VJP form, eq. 11), using the outputs of the last helper forward (Algorithm 1, steps 4–7);
    * `matrix` helper: P_η(z'[:k]) ≈ (A + λI)^{-T}, `steps` updates on ||(A + λI)ᵀ P r − r||² with fresh
      N(0, I_k) probes r (drawn after the minibatch; A = W_top J_φ formed once per step, J_φ propagated
-     forward through the hidden layers), then the kernel-matmul reduction;
+     forward through the hidden layers; the gradient in P is analytic and the helper a flat-parameter ReLU MLP
+     with a written-out backward, so an update costs a few GEMMs), then the kernel-matmul reduction;
    * exact: P = (A + λI)^{-T} by torch.linalg.solve, then the same kernel-matmul reduction;
 5. φ = driving term + entropy_weight · repulsive term; one generator update (surrogate loss, eq. 4).
 """
@@ -146,15 +147,15 @@ class GPVI(_GPVIBase):
         n_expect = z_prefix.shape[0]
         # J_φ once per step: the residual's (A + λI)ᵀ and, when k < D, the coupling of the reduction.
         features_jacobian = jac.features_jacobian()
-        A = jac.top_block(features_jacobian)
+        system = gpvi_math.top_system(jac.top_block(features_jacobian), lam)
         probes_per_point = self.options.helper_network.probes
         for _ in range(self.options.helper_network.steps):
             probes = torch.randn(probes_per_point, n_expect, k, generator=self.rng, dtype=self.dtype).to(self.device)
-            P = self.helper(z_prefix)  # [n', k, k]
-            y = torch.einsum("jab,qjb->qja", P, probes)
-            loss = gpvi_math.helper_loss(gpvi_math.transpose_top_product_explicit(A, y, lam) - probes)
-            self._helper_update(loss)
-        drive, repulsion = self.matrix_terms(jac, P.detach(), features_jacobian, batch, lam)
+            P = self.helper(z_prefix)  # [n', k, k], no graph: the gradient is analytic
+            loss, grad_P = gpvi_math.matrix_helper_loss(system, P, probes)
+            self.helper.backward_into_grad(grad_P)
+            self.helper_optimizer.step()
+        drive, repulsion = self.matrix_terms(jac, P, features_jacobian, batch, lam)
         return drive, repulsion, float(loss.detach())
 
     def extra_state(self) -> dict[str, Any]:

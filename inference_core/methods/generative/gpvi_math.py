@@ -73,19 +73,16 @@ def cross_kernel_matmul(z: Tensor, z_expect: Tensor, V: Tensor, h: float, sq: Te
     """Σ_j k(z_i, z'_j) V_j, [n, p]: from `sq` [n', n] (the squared distances of the bandwidth rule) when
     given and small enough, else by `kernels.kernel_matmul`."""
     if sq is not None and sq.numel() <= DENSE_MAX_PAIRS:
-        return torch.exp(-sq / h).T @ V
+        return torch.exp(sq * (-1.0 / h)).T @ V
     return kernel_matmul(z, z_expect, V, h, backend=backend)
 
 
 def cross_kernel_matmuls(z: Tensor, z_expect: Tensor, pieces: list[Tensor], h: float, sq: Tensor | None = None,
                          backend: str = "auto", scale: float = 1.0) -> list[Tensor]:
-    """[scale · Σ_j k(z_i, z'_j) V_j for V in pieces]: one product per piece with the (scaled) kernel matrix
-    when `sq` is given and small enough (no concatenation copy), else one `kernels.kernel_matmul` pass over
-    them all."""
-    if sq is not None and sq.numel() <= DENSE_MAX_PAIRS:
-        Kt = torch.exp(-sq / h).T * scale
-        return [Kt @ piece for piece in pieces]
-    joined = kernel_matmul(z, z_expect, torch.cat(pieces, dim=1), h, backend=backend) * scale
+    """[scale · Σ_j k(z_i, z'_j) V_j for V in pieces] by ONE kernel matmul over the pieces side by side: the
+    n×n' kernel is read once (a product per piece would read it once per piece, which dominates when the
+    pieces are narrow); the concatenation copies only n' rows, and `scale` is applied to that copy."""
+    joined = cross_kernel_matmul(z, z_expect, torch.cat(pieces, dim=1).mul_(scale), h, sq, backend)
     return list(torch.split(joined, [piece.shape[1] for piece in pieces], dim=1))
 
 
@@ -128,9 +125,16 @@ def transpose_top_product(y: Tensor, w_top: Tensor, lam: float, features_vjp: Ca
     return back + lam * y
 
 
-def transpose_top_product_explicit(A: Tensor, y: Tensor, lam: float) -> Tensor:
-    """(A_j + λI)ᵀ y for y [..., n', k] with the blocks A [n', k, k] formed (the matrix helper's residual)."""
-    return torch.einsum("jab,...ja->...jb", A, y) + lam * y
+def matrix_helper_loss(system: Tensor, P: Tensor, probes: Tensor) -> tuple[Tensor, Tensor]:
+    """The matrix helper's residual loss and its gradient: (L, dL/dP) for
+    L = mean over (q, j, ·) of (S_j P_j r_qj − r_qj)², S_j = (A_j + λI)ᵀ (`top_system`), probes r [q, n', k]
+    (eq. 10 with y = P r).
+
+    With R_j = S_j P_j Π_j − Π_j (Π_j = [r_qj]_q, k×q) and G = 2R/|R|:  dL/dP_j = S_jᵀ G_j Π_jᵀ."""
+    Pi = probes.permute(1, 2, 0)  # [n', k, q]
+    R = torch.baddbmm(Pi, system, P @ Pi, beta=-1)
+    G = R.mul(2.0 / R.numel())
+    return R.square().mean(), system.transpose(-1, -2) @ G @ Pi.transpose(-1, -2)
 
 
 def helper_loss(residual: Tensor) -> Tensor:
@@ -138,11 +142,15 @@ def helper_loss(residual: Tensor) -> Tensor:
     return residual.square().mean()
 
 
+def top_system(A: Tensor, lam: float) -> Tensor:
+    """S_j = (A_j + λI)ᵀ, [n', k, k]: the k×k system of the block form, J_fᵀ's top-left block."""
+    return A.transpose(-1, -2) + lam * torch.eye(A.shape[-1], dtype=A.dtype, device=A.device)
+
+
 def exact_top_inverse_transpose(A: Tensor, lam: float) -> Tensor:
     """P_j = (A_j + λI)^{-T} for A [n', k, k], by torch.linalg.solve (never an explicit `inverse`)."""
-    k = A.shape[-1]
-    eye = torch.eye(k, dtype=A.dtype, device=A.device)
-    system = A.transpose(-1, -2) + lam * eye
+    system = top_system(A, lam)
+    eye = torch.eye(A.shape[-1], dtype=A.dtype, device=A.device)
     return torch.linalg.solve(system, eye.expand_as(system))
 
 

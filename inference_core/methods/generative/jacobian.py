@@ -97,7 +97,9 @@ class GeneratorJacobian:
             pre = torch.nn.functional.linear(h, weight, bias)
             out = act(pre)
             slope = activation_slope(self.activation, pre, out).unsqueeze(-2)  # [n', 1, m_l]
-            Jt = slope * (weight.T if Jt is None else Jt @ weight.T)
+            # weight.T made contiguous: the product takes its operands' layout, and a column-major Jt
+            # would turn the next layer's GEMM into n' small ones.
+            Jt = slope * (weight.T.contiguous() if Jt is None else Jt @ weight.T)
             h = out
         return Jt.transpose(-1, -2)
 

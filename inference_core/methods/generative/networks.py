@@ -50,8 +50,70 @@ class PairwiseHelper(nn.Module):
         return self.trunk(hidden)
 
 
+class FlatReluMLP(nn.Module):
+    """relu(... relu(x W_0ᵀ + b_0) ...) W_Lᵀ + b_L whose weights and biases are views of ONE flat parameter,
+    with the backward written out (as ALF's ReluMLP does): a training step is a few GEMMs plus one optimiser
+    update on a single tensor, not an autograd graph and per-tensor optimiser work. That overhead dominates
+    small helpers trained once per generator step (GPVI's matrix helper).
+
+    `forward` builds no graph and keeps the layer inputs; `backward_into_grad(dL/dout)` then writes dL/dθ into
+    `self.flat.grad`. Initialisation as `_linear` (layer by layer, from `generator`)."""
+
+    def __init__(self, widths: Sequence[int], generator: torch.Generator):
+        super().__init__()
+        self.shapes = [(b, a) for a, b in zip(widths[:-1], widths[1:], strict=True)]
+        self.flat = nn.Parameter(torch.empty(sum(o * i + o for o, i in self.shapes)))
+        self._views: dict[str, tuple[int, list[tuple[Tensor, Tensor]]]] = {}
+        for weight, bias in self.layers():
+            init_linear_(weight, bias, generator)
+        self._inputs: list[Tensor] = []
+
+    def layers(self, flat: Tensor | None = None, slot: str = "") -> list[tuple[Tensor, Tensor]]:
+        """[(W_l, b_l)] as views of `flat` (default: the parameter; its `.grad` gives the gradient views).
+        With a `slot`, the views are kept and reused while `flat` keeps its storage (they pin it, so an equal
+        data pointer means the same buffer)."""
+        flat = self.flat if flat is None else flat
+        cached = self._views.get(slot) if slot else None
+        if cached is not None and cached[0] == flat.data_ptr():
+            return cached[1]
+        pieces = torch.split(flat, [n for o, i in self.shapes for n in (o * i, o)])
+        views = [(pieces[2 * l].view(o, i), pieces[2 * l + 1]) for l, (o, i) in enumerate(self.shapes)]
+        if slot:
+            self._views[slot] = (flat.data_ptr(), views)
+        return views
+
+    def forward(self, x: Tensor) -> Tensor:
+        with torch.no_grad():
+            self._inputs = []
+            layers = self.layers(self.flat.detach(), "param")
+            for l, (weight, bias) in enumerate(layers):
+                self._inputs.append(x)
+                x = torch.addmm(bias, x, weight.T)
+                if l < len(layers) - 1:
+                    x = x.relu_()
+            return x
+
+    def backward_into_grad(self, grad_output: Tensor) -> None:
+        """θ.grad = dL/dθ for dL/dout `grad_output` at the inputs of the last `forward` (overwritten, not
+        accumulated, so no zero_grad is needed)."""
+        flat = self.flat
+        if flat.grad is None or flat.grad.shape != flat.shape or flat.grad.dtype != flat.dtype:
+            flat.grad = torch.zeros_like(flat)
+        delta = grad_output
+        with torch.no_grad():
+            layers = self.layers(flat.detach(), "param")
+            for (weight, _), (grad_weight, grad_bias), inputs, l in zip(
+                    reversed(layers), reversed(self.layers(flat.grad, "grad")), reversed(self._inputs),
+                    range(len(layers) - 1, -1, -1), strict=True):
+                torch.mm(delta.T, inputs, out=grad_weight)
+                torch.sum(delta, 0, out=grad_bias)
+                if l > 0:  # through relu: its output (this layer's input) is positive exactly where it passed
+                    delta = torch.ops.aten.threshold_backward(delta @ weight, inputs, 0)
+
+
 class MatrixHelper(nn.Module):
-    """P_η(z'[:k]) ≈ (A(z') + λI)^{-T}, a k×k matrix per noise point (the `matrix` helper).
+    """P_η(z'[:k]) ≈ (A(z') + λI)^{-T}, a k×k matrix per noise point (the `matrix` helper): a ReLU MLP
+    k → width × layers → k², no graph (train with `backward_into_grad(dL/dP)`, see gpvi_math.matrix_helper_loss).
 
     The output layer starts at zero weight and identity bias, so P starts at I.
     """
@@ -59,11 +121,14 @@ class MatrixHelper(nn.Module):
     def __init__(self, k: int, width: int, layers: int, generator: torch.Generator):
         super().__init__()
         self.k = k
-        self.net = MLP([k] + [width] * layers + [k * k], "relu", generator)
+        self.net = FlatReluMLP([k] + [width] * layers + [k * k], generator)
         with torch.no_grad():
-            last = self.net.layers[-1]
-            last.weight.zero_()
-            last.bias.copy_(torch.eye(k).reshape(-1))
+            last_weight, last_bias = self.net.layers()[-1]
+            last_weight.zero_()
+            last_bias.copy_(torch.eye(k).reshape(-1))
 
     def forward(self, z_prefix: Tensor) -> Tensor:
         return self.net(z_prefix).reshape(*z_prefix.shape[:-1], self.k, self.k)
+
+    def backward_into_grad(self, grad_P: Tensor) -> None:
+        self.net.backward_into_grad(grad_P.reshape(-1, self.k * self.k))

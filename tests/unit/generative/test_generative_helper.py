@@ -69,13 +69,15 @@ def test_helper_matches_the_exact_solve_after_warm_up(kind: str) -> None:
                 group["lr"] = 1e-4
         jac, _, w = draw(network, g)
         if kind == "pairwise":
-            y, target = predict(jac, w), w
-        else:  # the matrix helper is trained on random probes, as in the method
-            target = torch.randn(8, jac.z_prefix.shape[0], K_DIM, generator=g)
-            y = torch.einsum("jab,qjb->qja", helper(jac.z_prefix), target)
-        loss = gpvi_math.helper_loss(gpvi_math.transpose_top_product(y, jac.w_top, LAM, jac.top_vjp()) - target)
-        optimizer.zero_grad()
-        loss.backward()
+            loss = gpvi_math.helper_loss(gpvi_math.transpose_top_product(predict(jac, w), jac.w_top, LAM,
+                                                                         jac.top_vjp()) - w)
+            optimizer.zero_grad()
+            loss.backward()
+        else:  # as in the method: random probes, the analytic gradient
+            probes = torch.randn(8, jac.z_prefix.shape[0], K_DIM, generator=g)
+            system = gpvi_math.top_system(jac.top_block(jac.features_jacobian()), LAM)
+            _, grad_P = gpvi_math.matrix_helper_loss(system, helper(jac.z_prefix), probes)
+            helper.backward_into_grad(grad_P)
         optimizer.step()
     jac, v, w = draw(network, g, 64, 64)
     with torch.no_grad():
@@ -96,3 +98,47 @@ def test_helper_training_never_touches_the_generator() -> None:
     gpvi_math.helper_loss(gpvi_math.transpose_top_product(y, jac.w_top, LAM, jac.top_vjp()) - w).backward()
     assert all(p.grad is None for p in network.parameters())
     assert all(p.grad is not None for p in helper.parameters())
+
+
+def test_matrix_helper_loss_gradient_matches_autograd() -> None:
+    g = torch.Generator().manual_seed(3)
+    n_expect, k, q, lam = 5, 3, 4, 0.7
+    A = torch.randn(n_expect, k, k, generator=g, dtype=torch.float64)
+    P = torch.randn(n_expect, k, k, generator=g, dtype=torch.float64, requires_grad=True)
+    probes = torch.randn(q, n_expect, k, generator=g, dtype=torch.float64)
+    # reference: the residual written per probe, (A_j + λI)ᵀ (P_j r) − r, differentiated by autograd
+    y = torch.einsum("jab,qjb->qja", P, probes)
+    residual = torch.einsum("jab,qja->qjb", A, y) + lam * y - probes
+    reference = residual.square().mean()
+    (reference_grad,) = torch.autograd.grad(reference, P)
+    loss, grad_P = gpvi_math.matrix_helper_loss(gpvi_math.top_system(A, lam), P.detach(), probes)
+    torch.testing.assert_close(loss, reference.detach(), rtol=1e-12, atol=0)
+    torch.testing.assert_close(grad_P, reference_grad, rtol=1e-10, atol=1e-14)
+
+
+def test_flat_relu_mlp_backward_matches_autograd() -> None:
+    from inference_core.methods.generative.networks import MLP, FlatReluMLP
+
+    widths = [3, 7, 5, 4]
+    flat = FlatReluMLP(widths, torch.Generator().manual_seed(4)).double()
+    reference = MLP(widths, "relu", torch.Generator().manual_seed(4)).double()  # same layer-by-layer init draws
+    for layer, (weight, bias) in zip(reference.layers, flat.layers(), strict=True):
+        torch.testing.assert_close(layer.weight.detach(), weight.detach(), rtol=0, atol=0)
+        torch.testing.assert_close(layer.bias.detach(), bias.detach(), rtol=0, atol=0)
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(9, 3, generator=g, dtype=torch.float64)
+    upstream = torch.randn(9, 4, generator=g, dtype=torch.float64)
+    out = reference(x)
+    (out * upstream).sum().backward()
+    torch.testing.assert_close(flat(x), out.detach(), rtol=1e-12, atol=1e-14)
+    flat.flat.grad = torch.full_like(flat.flat, 7.0)  # overwritten, not accumulated
+    flat.backward_into_grad(upstream)
+    for layer, (grad_weight, grad_bias) in zip(reference.layers, flat.layers(flat.flat.grad), strict=True):
+        torch.testing.assert_close(grad_weight, layer.weight.grad, rtol=1e-12, atol=1e-14)
+        torch.testing.assert_close(grad_bias, layer.bias.grad, rtol=1e-12, atol=1e-14)
+
+
+def test_matrix_helper_starts_at_the_identity() -> None:
+    helper = MatrixHelper(3, 8, 2, torch.Generator().manual_seed(6))
+    z = torch.randn(4, 3, generator=torch.Generator().manual_seed(7))
+    torch.testing.assert_close(helper(z), torch.eye(3).expand(4, 3, 3), rtol=0, atol=0)
