@@ -77,7 +77,7 @@ class FlatReluMLP(nn.Module):
         if cached is not None and cached[0] == flat.data_ptr():
             return cached[1]
         pieces = torch.split(flat, [n for o, i in self.shapes for n in (o * i, o)])
-        views = [(pieces[2 * l].view(o, i), pieces[2 * l + 1]) for l, (o, i) in enumerate(self.shapes)]
+        views = [(pieces[2 * at].view(o, i), pieces[2 * at + 1]) for at, (o, i) in enumerate(self.shapes)]
         if slot:
             self._views[slot] = (flat.data_ptr(), views)
         return views
@@ -86,10 +86,10 @@ class FlatReluMLP(nn.Module):
         with torch.no_grad():
             self._inputs = []
             layers = self.layers(self.flat.detach(), "param")
-            for l, (weight, bias) in enumerate(layers):
+            for depth, (weight, bias) in enumerate(layers):
                 self._inputs.append(x)
                 x = torch.addmm(bias, x, weight.T)
-                if l < len(layers) - 1:
+                if depth < len(layers) - 1:
                     x = x.relu_()
             return x
 
@@ -102,12 +102,12 @@ class FlatReluMLP(nn.Module):
         delta = grad_output
         with torch.no_grad():
             layers = self.layers(flat.detach(), "param")
-            for (weight, _), (grad_weight, grad_bias), inputs, l in zip(
+            for (weight, _), (grad_weight, grad_bias), inputs, depth in zip(
                     reversed(layers), reversed(self.layers(flat.grad, "grad")), reversed(self._inputs),
                     range(len(layers) - 1, -1, -1), strict=True):
                 torch.mm(delta.T, inputs, out=grad_weight)
                 torch.sum(delta, 0, out=grad_bias)
-                if l > 0:  # through relu: its output (this layer's input) is positive exactly where it passed
+                if depth > 0:  # through relu: its output (this layer's input) is positive exactly where it passed
                     delta = torch.ops.aten.threshold_backward(delta @ weight, inputs, 0)
 
 
