@@ -73,7 +73,7 @@ def cross_kernel_matmul(z: Tensor, z_expect: Tensor, V: Tensor, h: float, sq: Te
     """Σ_j k(z_i, z'_j) V_j, [n, p]: from `sq` [n', n] (the squared distances of the bandwidth rule) when
     given and small enough, else by `kernels.kernel_matmul`."""
     if sq is not None and sq.numel() <= DENSE_MAX_PAIRS:
-        return torch.exp(sq * (-1.0 / h)).T @ V
+        return torch.exp(-sq / h).T @ V
     return kernel_matmul(z, z_expect, V, h, backend=backend)
 
 
