@@ -1,8 +1,8 @@
 """Option schemas of the generative methods (GPVI, Ratzlaff et al. 2021; amortised SVGD/GFSF/KSD).
 
-Defaults follow the paper where it states one (Adam, generator lr 1e-3, helper lr 1e-4 and three hidden
-layers, λ = 1, bandwidth med²/log n; Appendix B, Table 7) and ALF otherwise (notes,
-gpvi_reference_implementation.md). Every field is documented in its `description`.
+Defaults follow the paper where it states one (Adam, generator lr 1e-3, three hidden helper layers, λ = 1,
+bandwidth med²/log n; Appendix B, Table 7; the helper's lr is 1e-3, not the paper's 1e-4: see HelperOptions)
+and ALF otherwise (notes, gpvi_reference_implementation.md). Every field is documented in its `description`.
 """
 
 from __future__ import annotations
@@ -99,16 +99,17 @@ class HelperOptions(StrictModel):
     `probes` random N(0, I_k) vectors per z' with the same residual.
     """
 
-    def optimizer_for(self, kind: str) -> OptimizerOptions:
+    def resolved_optimizer(self) -> OptimizerOptions:
         if self.optimizer is not None:
             return self.optimizer
-        return OptimizerOptions(name="adam", lr=1e-4 if kind == "pairwise" else 1e-3)
+        return OptimizerOptions(name="adam", lr=1e-3)
 
     hidden_width: int = Field(default=32, ge=1, le=MAX_WIDTH)
     hidden_layers: int = Field(default=3, ge=0, le=8)
     optimizer: OptimizerOptions | None = Field(
-        default=None, description="helper optimiser; default Adam lr 1e-4 (paper) for `pairwise`, Adam lr 1e-3 "
-        "for `matrix` (its k×k output must track the generator's Jacobian as fast as the generator moves)")
+        default=None, description="helper optimiser; default Adam lr 1e-3 (the paper's 1e-4 for `pairwise` learns "
+        "the small singular directions of the Jacobian too slowly: the generator collapses along them; `matrix`: "
+        "its k×k output must track the generator's Jacobian as fast as the generator moves)")
     steps: int = Field(default=1, ge=1, le=100, description="helper updates per generator step")
     probes: int = Field(default=8, ge=1, le=1024, description="matrix helper: random probes per z'")
 

@@ -107,7 +107,7 @@ class GPVI(_GPVIBase):
         else:
             self.helper = MatrixHelper(k, opts.hidden_width, opts.hidden_layers, generator)
         self.helper.to(device=self.device, dtype=self.dtype)
-        self.helper_optimizer = make_optimizer(self.helper.parameters(), opts.optimizer_for(self.options.helper))
+        self.helper_optimizer = make_optimizer(self.helper.parameters(), opts.resolved_optimizer())
 
     def train_step(self) -> dict[str, float]:
         batch = self.prepare()

@@ -37,6 +37,11 @@ class PairwiseHelper(nn.Module):
 
     Each input gets its own linear layer + ReLU of width `width`; the two are concatenated (2·width) and
     go through `layers` ReLU layers of width 2·width and a linear output of size k.
+
+    The target is linear in w, so the network sees the unit vector w/‖w‖ and its output is scaled by ‖w‖
+    (exact for a perfect helper): ∇k spans orders of magnitude over the pairs, and on raw w the ReLU layers
+    see mostly small perturbations around their biases, which slows the learning of (A + λI)^{-T} (about 2×
+    more helper steps to fit it at a fixed near-singular generator).
     """
 
     def __init__(self, k: int, width: int, layers: int, generator: torch.Generator):
@@ -46,8 +51,10 @@ class PairwiseHelper(nn.Module):
         self.trunk = MLP([2 * width] + [2 * width] * layers + [k], "relu", generator)
 
     def forward(self, z_prefix: Tensor, w: Tensor) -> Tensor:
-        hidden = torch.cat([torch.relu(self.noise_branch(z_prefix)), torch.relu(self.vector_branch(w))], dim=-1)
-        return self.trunk(hidden)
+        norm = torch.linalg.vector_norm(w, dim=-1, keepdim=True)
+        unit = w / norm.clamp_min(torch.finfo(w.dtype).tiny)  # w = 0 (an underflowed kernel) gives y = 0
+        hidden = torch.cat([torch.relu(self.noise_branch(z_prefix)), torch.relu(self.vector_branch(unit))], dim=-1)
+        return norm * self.trunk(hidden)
 
 
 class FlatReluMLP(nn.Module):

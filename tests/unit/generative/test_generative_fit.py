@@ -44,7 +44,7 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float(torch.linalg.norm(a - b) / torch.linalg.norm(b))
 
 
-FAST_HELPER = {"optimizer": {"lr": 1e-3}}  # short runs: a faster helper than the paper's 1e-4
+FAST_HELPER = {"optimizer": {"lr": 1e-3}}  # the default; spelled out because the paper's Table 7 says 1e-4
 
 
 def fit_gaussian(method: str, d: int, steps: int, lr: float, options: dict | None = None, n: int = 64) -> float:
@@ -77,15 +77,16 @@ def test_amortised_methods_fit_the_2d_gaussian(method: str, tol: float) -> None:
     assert fit_gaussian(method, 2, 3000, 5e-3) < tol
 
 
-@pytest.mark.parametrize(("method", "options"), [
-    ("gpvi_exact", {}),
-    ("gpvi", {"helper": "matrix", "helper_network": FAST_HELPER}),
-    ("gpvi", {"helper_network": {**FAST_HELPER, "hidden_width": 10}}),
+@pytest.mark.parametrize(("method", "options", "lr"), [
+    ("gpvi_exact", {}, 1e-2),
+    ("gpvi", {"helper": "matrix", "helper_network": FAST_HELPER}, 1e-2),
+    # the pairwise helper at half the rate: at 1e-2 it can fall behind the generator (seed 2: Σ error 0.49)
+    ("gpvi", {"helper_network": {**FAST_HELPER, "hidden_width": 10}}, 5e-3),
 ])
-def test_gpvi_fits_the_bayesian_linear_regression_posterior(method: str, options: dict) -> None:
+def test_gpvi_fits_the_bayesian_linear_regression_posterior(method: str, options: dict, lr: float) -> None:
     result = run({"method": method, "num_particles": 48, "steps": 3000, "seed": 0,
                   "target": {"kind": "bayesian_linear_regression", "dataset": blr_dataset(), "noise_std": 1.0},
-                  "options": {"generator": {"hidden": []}, "optimizer": {"lr": 1e-2}, **options}})
+                  "options": {"generator": {"hidden": []}, "optimizer": {"lr": lr}, **options}})
     reference = result.method.target.reference()
     mean, cov = output_law(result.method)
     assert rel(mean, reference.mean.double()) < 0.01
