@@ -148,7 +148,10 @@ def pub(value: tuple[float, float] | None, digits: int = 2) -> str:
 
 
 def pick(results: list[dict], table: str, key: str, dim: int, field: str) -> list[float]:
-    return [r[field] for r in results if r["table"] == table and r["key"] == key and r["dim"] == dim]
+    """`field` of the matching runs in seed order (the cache keeps the order the runs finished in)."""
+    rows = sorted((r for r in results if r["table"] == table and r["key"] == key and r["dim"] == dim),
+                  key=lambda r: r["seed"])
+    return [r[field] for r in rows]
 
 
 def verdict(ours: list[float], published: float | None) -> str:
