@@ -142,3 +142,16 @@ def test_matrix_helper_starts_at_the_identity() -> None:
     helper = MatrixHelper(3, 8, 2, torch.Generator().manual_seed(6))
     z = torch.randn(4, 3, generator=torch.Generator().manual_seed(7))
     torch.testing.assert_close(helper(z), torch.eye(3).expand(4, 3, 3), rtol=0, atol=0)
+
+
+def test_pairwise_helper_is_positively_homogeneous_in_w() -> None:
+    # it sees w/‖w‖ and scales by ‖w‖, as the exact map (A + λI)^{-T} w is linear; w = 0 gives exactly 0
+    helper = PairwiseHelper(3, 8, 2, torch.Generator().manual_seed(8)).double()
+    g = torch.Generator().manual_seed(9)
+    z = torch.randn(5, 3, generator=g, dtype=torch.float64)
+    w = torch.randn(5, 3, generator=g, dtype=torch.float64)
+    with torch.no_grad():
+        torch.testing.assert_close(helper(z, 1e-6 * w), 1e-6 * helper(z, w), rtol=1e-12, atol=0)
+        torch.testing.assert_close(helper(z, 37.0 * w), 37.0 * helper(z, w), rtol=1e-12, atol=0)
+        assert bool((helper(z, torch.zeros_like(w)) == 0).all())
+        assert not torch.allclose(helper(z, -w), -helper(z, w))  # homogeneous, not linear: it is still learned
