@@ -130,11 +130,13 @@ def matrix_helper_loss(system: Tensor, P: Tensor, probes: Tensor) -> tuple[Tenso
     L = mean over (q, j, ·) of (S_j P_j r_qj − r_qj)², S_j = (A_j + λI)ᵀ (`top_system`), probes r [q, n', k]
     (eq. 10 with y = P r).
 
-    With R_j = S_j P_j Π_j − Π_j (Π_j = [r_qj]_q, k×q) and G = 2R/|R|:  dL/dP_j = S_jᵀ G_j Π_jᵀ."""
+    With R_j = S_j P_j Π_j − Π_j (Π_j = [r_qj]_q, k×q) and G = 2R/|R|:  dL/dP_j = S_jᵀ G_j Π_jᵀ.
+    (bmm rather than `@`: at small sizes the step is op-bound, and `@` on batches adds expand/view ops.)"""
     Pi = probes.permute(1, 2, 0)  # [n', k, q]
-    R = torch.baddbmm(Pi, system, P @ Pi, beta=-1)
+    R = torch.baddbmm(Pi, system, torch.bmm(P, Pi), beta=-1)
     G = R.mul(2.0 / R.numel())
-    return R.square().mean(), system.transpose(-1, -2) @ G @ Pi.transpose(-1, -2)
+    flat = R.view(-1)
+    return torch.dot(flat, flat) / flat.numel(), torch.bmm(torch.bmm(system.transpose(-1, -2), G), Pi.transpose(-1, -2))
 
 
 def helper_loss(residual: Tensor) -> Tensor:
@@ -143,7 +145,10 @@ def helper_loss(residual: Tensor) -> Tensor:
 
 
 def top_system(A: Tensor, lam: float) -> Tensor:
-    """S_j = (A_j + λI)ᵀ, [n', k, k]: the k×k system of the block form, J_fᵀ's top-left block."""
+    """S_j = (A_j + λI)ᵀ, [n', k, k]: the k×k system of the block form, J_fᵀ's top-left block (a view of A
+    when λ = 0)."""
+    if lam == 0:
+        return A.transpose(-1, -2)
     return A.transpose(-1, -2) + lam * torch.eye(A.shape[-1], dtype=A.dtype, device=A.device)
 
 
@@ -174,23 +179,28 @@ def matrix_direction(z: Tensor, z_expect: Tensor, score_expect: Tensor, h: float
     D = z.shape[1]
     if (coupling is None) != (k == D):
         raise ValueError("the coupling (Q, u, u') is needed exactly when the noise is wider than k")
-    pieces = [score_expect, P.reshape(n_expect, k * k), (P @ z_expect[:, :k, None]).squeeze(-1)]
+    pieces = [score_expect, P.reshape(n_expect, k * k), _batched_mv(P, z_expect[:, :k])]
     if coupling is not None:
         Q, u, u_expect = coupling
         R = P @ Q  # [n', k, m]
         m = R.shape[-1]
-        pieces += [R.reshape(n_expect, k * m), (R @ u_expect[..., None]).squeeze(-1), z_expect[:, k:],
+        pieces += [R.reshape(n_expect, k * m), _batched_mv(R, u_expect), z_expect[:, k:],
                    torch.ones(n_expect, 1, dtype=z.dtype, device=z.device)]
     sums = cross_kernel_matmuls(z, z_expect, pieces, h, sq, backend, scale=1.0 / n_expect)
     drive, sum_P, sum_P_z = sums[0], sums[1].reshape(-1, k, k), sums[2]
-    top = (sum_P @ z[:, :k, None]).squeeze(-1) - sum_P_z
+    top = _batched_mv(sum_P, z[:, :k]) - sum_P_z
     if coupling is None:
         repulsion = top
     else:
         sum_R, sum_R_u, sum_z2, k_sum = sums[3].reshape(-1, k, m), sums[4], sums[5], sums[6]
-        top = top - ((sum_R @ u[..., None]).squeeze(-1) - sum_R_u) / lam
+        top = top - (_batched_mv(sum_R, u) - sum_R_u) / lam
         repulsion = torch.cat([top, (k_sum * z[:, k:] - sum_z2) / lam], dim=-1)
     return drive, entropy_weight * (2.0 / h) * repulsion
+
+
+def _batched_mv(M: Tensor, v: Tensor) -> Tensor:
+    """M_j v_j for M [n, a, b], v [n, b] → [n, a] (one bmm: `@` on batches adds expand/view ops)."""
+    return torch.bmm(M, v.unsqueeze(-1)).squeeze(-1)
 
 
 def full_solve_repulsion(jacobians: Tensor, z: Tensor, z_expect: Tensor, h: float) -> Tensor:

@@ -43,7 +43,6 @@ class GeneratorJacobian:
     def __init__(self, network: GeneratorNetwork, z_expect: Tensor):
         self.k = network.input_dim
         self.noise_dim = network.noise_dim
-        self.lam = network.lam_float()
         weight = network.output.weight.detach()
         self.w_top, self.w_rest = weight[: self.k], weight[self.k:]
         self.hidden = network.hidden_params(detach=True)

@@ -3,7 +3,7 @@ from a `torch.Generator` (never the global RNG), so a method's construction is a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -70,33 +70,39 @@ class FlatReluMLP(nn.Module):
         super().__init__()
         self.shapes = [(b, a) for a, b in zip(widths[:-1], widths[1:], strict=True)]
         self.flat = nn.Parameter(torch.empty(sum(o * i + o for o, i in self.shapes)))
-        self._views: dict[str, tuple[int, list[tuple[Tensor, Tensor]]]] = {}
+        self._views: dict[str, tuple[int, list]] = {}
         for weight, bias in self.layers():
             init_linear_(weight, bias, generator)
         self._inputs: list[Tensor] = []
 
-    def layers(self, flat: Tensor | None = None, slot: str = "") -> list[tuple[Tensor, Tensor]]:
-        """[(W_l, b_l)] as views of `flat` (default: the parameter; its `.grad` gives the gradient views).
-        With a `slot`, the views are kept and reused while `flat` keeps its storage (they pin it, so an equal
-        data pointer means the same buffer)."""
+    def layers(self, flat: Tensor | None = None) -> list[tuple[Tensor, Tensor]]:
+        """[(W_l, b_l)] as views of `flat` (default: the parameter; its `.grad` gives the gradient views)."""
         flat = self.flat if flat is None else flat
-        cached = self._views.get(slot) if slot else None
-        if cached is not None and cached[0] == flat.data_ptr():
-            return cached[1]
         pieces = torch.split(flat, [n for o, i in self.shapes for n in (o * i, o)])
-        views = [(pieces[2 * at].view(o, i), pieces[2 * at + 1]) for at, (o, i) in enumerate(self.shapes)]
-        if slot:
-            self._views[slot] = (flat.data_ptr(), views)
-        return views
+        return [(pieces[2 * at].view(o, i), pieces[2 * at + 1]) for at, (o, i) in enumerate(self.shapes)]
+
+    def _cached(self, slot: str, flat: Tensor, build: Callable[[Tensor], list]) -> list:
+        """`build(flat)`, kept and reused while `flat` keeps its storage (the views pin it, so an equal data
+        pointer means the same buffer): a small helper's step is op-bound, and each view is an op."""
+        cached = self._views.get(slot)
+        if cached is None or cached[0] != flat.data_ptr():
+            cached = (flat.data_ptr(), build(flat))
+            self._views[slot] = cached
+        return cached[1]
+
+    def _forward_layers(self) -> list[tuple[Tensor, Tensor, Tensor]]:
+        """[(W_l, W_lᵀ, b_l)] as views of the detached parameter."""
+        return self._cached("param", self.flat, lambda flat: [(w, w.T, b) for w, b in self.layers(flat.detach())])
 
     def forward(self, x: Tensor) -> Tensor:
         with torch.no_grad():
             self._inputs = []
-            layers = self.layers(self.flat.detach(), "param")
-            for depth, (weight, bias) in enumerate(layers):
+            layers = self._forward_layers()
+            last = len(layers) - 1
+            for depth, (_, weight_t, bias) in enumerate(layers):
                 self._inputs.append(x)
-                x = torch.addmm(bias, x, weight.T)
-                if depth < len(layers) - 1:
+                x = torch.addmm(bias, x, weight_t)
+                if depth < last:
                     x = x.relu_()
             return x
 
@@ -108,14 +114,15 @@ class FlatReluMLP(nn.Module):
             flat.grad = torch.zeros_like(flat)
         delta = grad_output
         with torch.no_grad():
-            layers = self.layers(flat.detach(), "param")
-            for (weight, _), (grad_weight, grad_bias), inputs, depth in zip(
-                    reversed(layers), reversed(self.layers(flat.grad, "grad")), reversed(self._inputs),
-                    range(len(layers) - 1, -1, -1), strict=True):
+            layers = self._forward_layers()
+            grads = self._cached("grad", flat.grad, self.layers)
+            for depth in range(len(layers) - 1, -1, -1):
+                grad_weight, grad_bias = grads[depth]
+                inputs = self._inputs[depth]
                 torch.mm(delta.T, inputs, out=grad_weight)
                 torch.sum(delta, 0, out=grad_bias)
                 if depth > 0:  # through relu: its output (this layer's input) is positive exactly where it passed
-                    delta = torch.ops.aten.threshold_backward(delta @ weight, inputs, 0)
+                    delta = torch.ops.aten.threshold_backward(torch.mm(delta, layers[depth][0]), inputs, 0)
 
 
 class MatrixHelper(nn.Module):
