@@ -155,3 +155,30 @@ def test_pairwise_helper_is_positively_homogeneous_in_w() -> None:
         torch.testing.assert_close(helper(z, 37.0 * w), 37.0 * helper(z, w), rtol=1e-12, atol=0)
         assert bool((helper(z, torch.zeros_like(w)) == 0).all())
         assert not torch.allclose(helper(z, -w), -helper(z, w))  # homogeneous, not linear: it is still learned
+
+
+def test_flat_relu_mlp_cached_views_follow_the_parameter() -> None:
+    """The forward/backward reuse their weight views while the storage is the same: an in-place update must
+    show, and a new storage (dtype change, a fresh grad buffer) must rebuild them."""
+    from inference_core.methods.generative.networks import MLP, FlatReluMLP
+
+    widths = [2, 6, 3]
+    flat = FlatReluMLP(widths, torch.Generator().manual_seed(8)).double()
+    reference = MLP(widths, "relu", torch.Generator().manual_seed(8)).double()
+    x = torch.randn(5, 2, generator=torch.Generator().manual_seed(9), dtype=torch.float64)
+    flat(x)  # builds the cache
+    with torch.no_grad():
+        flat.flat.mul_(2.0)
+        for layer in reference.layers:
+            layer.weight.mul_(2.0)
+            layer.bias.mul_(2.0)
+    torch.testing.assert_close(flat(x), reference(x).detach(), rtol=1e-12, atol=1e-14)
+    flat.float()
+    assert flat(x.float()).dtype == torch.float32
+    torch.testing.assert_close(flat(x.float()), reference(x).detach().float(), rtol=1e-5, atol=1e-6)
+    upstream = torch.ones(5, 3)
+    flat.backward_into_grad(upstream)
+    first = flat.flat.grad.clone()
+    flat.flat.grad = None  # a fresh buffer: the gradient views must point at it
+    flat.backward_into_grad(upstream)
+    torch.testing.assert_close(flat.flat.grad, first, rtol=0, atol=0)
