@@ -52,7 +52,9 @@ def test_job_fails_with_worker_lost_after_max_attempts(make_stack) -> None:
 def test_sigterm_checkpoints_and_requeues_the_running_job(make_stack) -> None:
     stack = make_stack("embedded")
     worker = stack.start_worker()
-    job_id = stack.submit(gaussian_spec(steps=2000, checkpoint_every=100_000)).json()["id"]
+    # Long enough that the job is still running when the signal lands (2,000 steps took 4 s on a fast machine,
+    # and the progress seen here lags the run), short enough to finish after the resume.
+    job_id = stack.submit(gaussian_spec(steps=20_000, checkpoint_every=100_000)).json()["id"]
     wait_for(lambda: stack.job(job_id)["progress"]["step"] > 100, 60, what="progress")
     worker.send_signal(signal.SIGTERM)  # the main process only, as `parvis serve` does
     assert worker.wait(timeout=30) == 0
@@ -62,6 +64,6 @@ def test_sigterm_checkpoints_and_requeues_the_running_job(make_stack) -> None:
     assert job["checkpoint_step"] > 100
 
     stack.start_worker()
-    done = stack.wait_status(job_id, {"succeeded", "failed"}, timeout=120)
+    done = stack.wait_status(job_id, {"succeeded", "failed"}, timeout=300)
     assert done["status"] == "succeeded"
     assert done["resumed_from_step"] == job["checkpoint_step"]
