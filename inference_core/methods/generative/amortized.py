@@ -21,8 +21,9 @@ from torch import Tensor
 
 from inference_core.kernels import kernel_grad_sum, kernel_matmul, kernel_solve
 from inference_core.methods.generative import gpvi_math
-from inference_core.methods.generative.base import GenerativeMethod, expectation_size, make_optimizer
+from inference_core.methods.generative.base import GenerativeMethod, expectation_size
 from inference_core.methods.generative.networks import MLP
+from inference_core.methods.generative.optimizers import make_optimizer, optimizer_step, zero_grads
 from inference_core.schemas.generative import (
     AmortizedGFSFOptions,
     AmortizedKSDOptions,
@@ -170,9 +171,9 @@ class AmortizedKSD(GenerativeMethod):
             out = self.critic(x_critic)
             loss = ksd_critic_loss(out, jacobian_trace(out, x_critic, probe), score, opts.l2_weight,
                                    self.options.entropy_weight)
-            self.critic_optimizer.zero_grad(set_to_none=False)
+            zero_grads(self.critic_optimizer)
             loss.backward()
-            self.critic_optimizer.step()
+            optimizer_step(self.critic_optimizer)
         z = self.noise(self.num_particles)
         x = self.network(z)
         with torch.no_grad():

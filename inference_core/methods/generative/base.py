@@ -19,7 +19,7 @@ from torch import Tensor
 
 from inference_core import errors
 from inference_core.methods.base import Method
-from inference_core.methods.optim import build_optimizer
+from inference_core.methods.generative.optimizers import make_optimizer, optimizer_step, zero_grads
 from inference_core.samplers import Sampler
 from inference_core.samplers.generator import GeneratorNetwork, mlp_features
 from inference_core.schemas.generative import GenerativeOptions
@@ -36,17 +36,6 @@ INIT_MATCH_DRAWS = 256
 
 # Seed streams (seeding.derive_seed(seed, stream)).
 STREAM_RNG, STREAM_GENERATOR_INIT, STREAM_AUX_INIT, STREAM_FIRST_BATCH, STREAM_INIT_MATCH = 1, 10, 11, 12, 13
-
-
-def make_optimizer(params: list[torch.Tensor], options: OptimizerOptions) -> torch.optim.Optimizer:
-    """`methods.optim.build_optimizer`, except that Adam is torch's fused implementation (one kernel for all
-    tensors: the generator, helper and critic are small networks whose unfused Adam costs more than their
-    forward pass). Same update rule; its own rounding, deterministic."""
-    params = list(params)
-    fusable = all(p.dtype in (torch.float32, torch.float64) and p.device.type in ("cpu", "cuda") for p in params)
-    if options.name == "adam" and fusable:
-        return torch.optim.Adam(params, lr=options.lr, betas=options.betas, fused=True)
-    return build_optimizer(params, options)
 
 
 def clone_tree(value: Any) -> Any:
@@ -168,13 +157,13 @@ class GenerativeMethod(Method):
         if not bool(torch.isfinite(phi).all()):
             raise errors.Diverged(f"the update direction became non-finite at step {self.step_count + 1}")
         surrogate = -(phi.detach() * x).sum(-1).mean()
-        self.optimizer.zero_grad(set_to_none=False)
+        zero_grads(self.optimizer)
         if self.lambda_optimizer is not None:
-            self.lambda_optimizer.zero_grad(set_to_none=False)
+            zero_grads(self.lambda_optimizer)
         surrogate.backward()
-        self.optimizer.step()
+        optimizer_step(self.optimizer)
         if self.lambda_optimizer is not None:
-            self.lambda_optimizer.step()
+            optimizer_step(self.lambda_optimizer)
         self.last_batch = x.detach()
 
     def step(self) -> dict[str, float]:

@@ -29,10 +29,10 @@ from inference_core.methods.generative.base import (
     HYPERNETWORK_LAMBDA,
     GenerativeMethod,
     expectation_size,
-    make_optimizer,
 )
 from inference_core.methods.generative.jacobian import GeneratorJacobian
 from inference_core.methods.generative.networks import MatrixHelper, PairwiseHelper
+from inference_core.methods.generative.optimizers import make_optimizer, optimizer_step, zero_grads
 from inference_core.schemas.generative import GPVIExactOptions, GPVIOptions, KernelGenerativeOptions
 from inference_core.targets.base import Target
 
@@ -122,9 +122,9 @@ class GPVI(_GPVIBase):
                 "repulsion_norm": float(repulsion.square().sum(-1).mean().sqrt())}
 
     def _helper_update(self, loss: Tensor) -> None:
-        self.helper_optimizer.zero_grad(set_to_none=False)
+        zero_grads(self.helper_optimizer)
         loss.backward()
-        self.helper_optimizer.step()
+        optimizer_step(self.helper_optimizer)
 
     def _pairwise(self, jac: GeneratorJacobian, batch: dict[str, Any], lam: float) -> tuple[Tensor, Tensor, float]:
         z, z_expect, h = batch["z"], batch["z_expect"], batch["h"]
@@ -154,7 +154,7 @@ class GPVI(_GPVIBase):
             P = self.helper(z_prefix)  # [n', k, k], no graph: the gradient is analytic
             loss, grad_P = gpvi_math.matrix_helper_loss(system, P, probes)
             self.helper.backward_into_grad(grad_P)
-            self.helper_optimizer.step()
+            optimizer_step(self.helper_optimizer)
         drive, repulsion = self.matrix_terms(jac, P, features_jacobian, batch, lam)
         return drive, repulsion, float(loss.detach())
 
