@@ -179,8 +179,11 @@ def render(results: list[dict], meta: dict[str, Any]) -> str:
            "(median of the squared distances between the two batches, or over the distinct pairs of one batch). "
            "GPVI (paper): pairwise helper 10 wide × 3 layers (Table 7), Adam 1e-3 (Table 7: 1e-4, too slow for the "
            "small singular directions of the Jacobian), one helper step per generator step. "
-           "`helper: \"matrix\"`: the matrix helper with its defaults (32 wide × 3 layers, Adam 1e-3, "
-           "8 probes). Amortised SVGD: ALF's svgd3 (independent expectation batch); GFSF ε = 1e-5; KSD critic "
+           "`helper: \"matrix\"`: the matrix helper with its defaults (32 wide × 1 layer, Adam 1e-3, "
+           "8 probes; the earlier default, 32 wide × 3 layers, gave the same means to two digits: 2-D 0.029, "
+           "5-D 0.155, BLR μ 0.0025 and Σ 0.091, code of commit aa63774; its rows were re-run after commit 29132d0, which "
+           "made every generative optimiser's step cheaper, the other rows before it, so the ms / step columns do "
+           "not compare across rows: docs/benchmarks.md measures step times side by side). Amortised SVGD: ALF's svgd3 (independent expectation batch); GFSF ε = 1e-5; KSD critic "
            "3→100→3 ReLU (no BatchNorm), Adam 1e-3, L2 weight 10, 2 critic steps per generator step, exact trace. "
            f"Seeds {meta['seeds']}; mean ± std (population std over seeds). A generator's output law is N(b, MMᵀ), "
            "computed exactly from its weights, so no sampling error enters the errors below.",

@@ -1,8 +1,8 @@
 """Option schemas of the generative methods (GPVI, Ratzlaff et al. 2021; amortised SVGD/GFSF/KSD).
 
-Defaults follow the paper where it states one (Adam, generator lr 1e-3, three hidden helper layers, λ = 1,
-bandwidth med²/log n; Appendix B, Table 7; the helper's lr is 1e-3, not the paper's 1e-4: see HelperOptions)
-and ALF otherwise (notes, gpvi_reference_implementation.md). Every field is documented in its `description`.
+Defaults follow the paper where it states one (Adam, generator lr 1e-3, three hidden layers for the pairwise
+helper, λ = 1, bandwidth med²/log n; Appendix B, Table 7; the helper's lr is 1e-3, not the paper's 1e-4: see
+HelperOptions) and ALF otherwise (notes, gpvi_reference_implementation.md). Every field is documented in its `description`.
 """
 
 from __future__ import annotations
@@ -90,13 +90,19 @@ class KernelGenerativeOptions(GenerativeOptions):
         default=None, ge=2, le=100_000, description="size n' of the independent expectation batch (default n)")
 
 
+#: Default `hidden_layers` of each GPVI helper.
+HELPER_LAYERS = {"pairwise": 3, "matrix": 1}
+
+
 class HelperOptions(StrictModel):
     """GPVI's helper network (Appendix B.1): trained `steps` times per generator step on the current batch.
 
     pairwise: h(z'[:k], w) → k, one ReLU layer per input branch (width `hidden_width`), concatenated, then
     `hidden_layers` ReLU layers of width 2·hidden_width, linear output (ALF's InverseMVPAlgorithm).
+    Default 32 wide, 3 layers (ALF).
     matrix: P(z'[:k]) → k×k, an MLP with `hidden_layers` ReLU layers of width `hidden_width`, trained on
-    `probes` random N(0, I_k) vectors per z' with the same residual.
+    `probes` random N(0, I_k) vectors per z' with the same residual. Default 32 wide, 1 layer (its input is
+    z'[:k] alone; at small sizes its update costs per layer, not per width: docs/benchmarks.md).
     """
 
     def resolved_optimizer(self) -> OptimizerOptions:
@@ -104,8 +110,11 @@ class HelperOptions(StrictModel):
             return self.optimizer
         return OptimizerOptions(name="adam", lr=1e-3)
 
+    def resolved_layers(self, helper: str) -> int:
+        return self.hidden_layers if self.hidden_layers is not None else HELPER_LAYERS[helper]
+
     hidden_width: int = Field(default=32, ge=1, le=MAX_WIDTH)
-    hidden_layers: int = Field(default=3, ge=0, le=8)
+    hidden_layers: int | None = Field(default=None, ge=0, le=8, description="default: 3 (`pairwise`), 1 (`matrix`)")
     optimizer: OptimizerOptions | None = Field(
         default=None, description="helper optimiser; default Adam lr 1e-3 (the paper's 1e-4 for `pairwise` learns "
         "the small singular directions of the Jacobian too slowly: the generator collapses along them; `matrix`: "

@@ -102,10 +102,11 @@ class GPVI(_GPVIBase):
                 f"the pairwise helper needs n·n'·D = {pairs * self.noise_dim:,} values per step (cap "
                 f"{PAIRWISE_MAX_ELEMENTS:,}); use helper 'matrix', fewer particles or a smaller noise dimension",
                 loc=("options", "helper"))
+        layers = opts.resolved_layers(self.options.helper)
         if self.options.helper == "pairwise":
-            self.helper = PairwiseHelper(k, opts.hidden_width, opts.hidden_layers, generator)
+            self.helper = PairwiseHelper(k, opts.hidden_width, layers, generator)
         else:
-            self.helper = MatrixHelper(k, opts.hidden_width, opts.hidden_layers, generator)
+            self.helper = MatrixHelper(k, opts.hidden_width, layers, generator)
         self.helper.to(device=self.device, dtype=self.dtype)
         self.helper_optimizer = make_optimizer(self.helper.parameters(), opts.resolved_optimizer())
 
@@ -156,7 +157,7 @@ class GPVI(_GPVIBase):
             self.helper.backward_into_grad(grad_P)
             optimizer_step(self.helper_optimizer)
         drive, repulsion = self.matrix_terms(jac, P, features_jacobian, batch, lam)
-        return drive, repulsion, float(loss.detach())
+        return drive, repulsion, float(loss)  # no graph: the helper's gradient is analytic
 
     def extra_state(self) -> dict[str, Any]:
         return {"helper": self.helper.state_dict(), "helper_optimizer": self.helper_optimizer.state_dict()}
