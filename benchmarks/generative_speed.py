@@ -92,7 +92,7 @@ def staged_matrix_helper(method, stage: int):
     """A `helper: "matrix"` GPVI whose helper phase stops after HELPER_STAGES[stage] (no optimiser step): the
     directions then differ from GPVI's, but the work per step is the point, measured in context."""
     def helper_phase(jac, batch, lam):
-        features_jacobian = jac.features_jacobian()
+        features_jacobian = batch["features_jacobian"]
         n_expect, k = jac.z_prefix.shape[0], jac.k
         if stage == 0:
             P = torch.eye(k, dtype=method.dtype).expand(n_expect, k, k)

@@ -142,7 +142,11 @@ class GeneratorNetwork(nn.Module):
     def forward(self, z: Tensor) -> Tensor:
         if z.ndim != 2 or z.shape[1] != self.noise_dim:
             raise ValueError(f"noise must have shape [n, {self.noise_dim}], got {list(z.shape)}")
-        out = self.output(self.features(z[:, : self.input_dim]))
+        return self.head(self.features(z[:, : self.input_dim]), z)
+
+    def head(self, features: Tensor, z: Tensor) -> Tensor:
+        """f(z) from φ(z[:k]) (`features`): W φ + b + λz."""
+        out = self.output(features)
         if self.noise_dim == self.output_dim and (self.lam_trainable or float(self.lambda_value) != 0.0):
             out = out + self.lam().to(out.dtype) * z
         return out

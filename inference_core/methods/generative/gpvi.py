@@ -63,19 +63,27 @@ class _GPVIBase(GenerativeMethod):
             return float(rule.value)
         return gpvi_math.median_bandwidth(sq, rule.divisor, self.num_particles)
 
-    def prepare(self) -> dict[str, Any]:
-        """Steps 1–3 of the module docstring."""
+    def prepare(self, with_jacobian: bool) -> dict[str, Any]:
+        """Steps 1–3 of the module docstring, and the generator's Jacobian at z' (`jac`; with `with_jacobian`
+        also J_φ(z'), whose forward pass gives φ(z') for x' = f(z'))."""
         n, n_expect = self.num_particles, self.expectation_particles
         z = self.noise(n)
         z_expect = self.noise(n_expect)
         batch = self.target.sample_batch(self.rng)
         x = self.network(z)
+        jac = GeneratorJacobian(self.network, z_expect)
+        features_jacobian = None
         with torch.no_grad():
-            x_expect = self.network(z_expect)
+            if with_jacobian:
+                features, features_jacobian = jac.features_and_jacobian()
+                x_expect = self.network.head(features, z_expect)
+            else:
+                x_expect = self.network(z_expect)
         score_expect = self.target.score(x_expect, batch)
         sq = gpvi_math.squared_distances(z_expect, z)
         h = self.bandwidth(sq)
-        return {"z": z, "z_expect": z_expect, "x": x, "score_expect": score_expect, "sq": sq, "h": h}
+        return {"z": z, "z_expect": z_expect, "x": x, "score_expect": score_expect, "sq": sq, "h": h, "jac": jac,
+                "features_jacobian": features_jacobian}
 
     def matrix_terms(self, jac: GeneratorJacobian, P: Tensor, features_jacobian: Tensor | None,
                      batch: dict[str, Any], lam: float) -> tuple[Tensor, Tensor]:
@@ -111,9 +119,9 @@ class GPVI(_GPVIBase):
         self.helper_optimizer = make_optimizer(self.helper.parameters(), opts.resolved_optimizer())
 
     def train_step(self) -> dict[str, float]:
-        batch = self.prepare()
+        batch = self.prepare(with_jacobian=self.options.helper == "matrix")
         lam = self.network.lam_float()
-        jac = GeneratorJacobian(self.network, batch["z_expect"])
+        jac = batch["jac"]
         if self.options.helper == "pairwise":
             drive, repulsion, loss = self._pairwise(jac, batch, lam)
         else:
@@ -147,7 +155,7 @@ class GPVI(_GPVIBase):
         k, z_prefix = jac.k, jac.z_prefix
         n_expect = z_prefix.shape[0]
         # J_φ once per step: the residual's (A + λI)ᵀ and, when k < D, the coupling of the reduction.
-        features_jacobian = jac.features_jacobian()
+        features_jacobian = batch["features_jacobian"]
         system = gpvi_math.top_system(jac.top_block(features_jacobian), lam)
         probes_per_point = self.options.helper_network.probes
         for _ in range(self.options.helper_network.steps):
@@ -175,10 +183,9 @@ class GPVIExact(_GPVIBase):
     options: GPVIExactOptions
 
     def train_step(self) -> dict[str, float]:
-        batch = self.prepare()
+        batch = self.prepare(with_jacobian=True)
         lam = self.network.lam_float()
-        jac = GeneratorJacobian(self.network, batch["z_expect"])
-        features_jacobian = jac.features_jacobian()
+        jac, features_jacobian = batch["jac"], batch["features_jacobian"]
         try:
             P = gpvi_math.exact_top_inverse_transpose(jac.top_block(features_jacobian), lam)
         except torch.linalg.LinAlgError:

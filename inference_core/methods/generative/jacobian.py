@@ -84,12 +84,16 @@ class GeneratorJacobian:
         return self.features_vjp(c_rest @ self.w_rest)
 
     def features_jacobian(self) -> Tensor | None:
-        """J_φ(z'_j) [n', m, k] (None for a linear generator: the identity), by forward propagation through
-        the layers, J_1 = diag(act'(pre_1)) W_1 and J_l = diag(act'(pre_l)) W_l J_{l−1}. Carried transposed,
-        Jᵀ [n', k, m], so each layer is ONE folded GEMM [n'·k, m_in] @ W_lᵀ rather than n' small ones;
-        returned as a transposed view."""
+        return self.features_and_jacobian()[1]
+
+    def features_and_jacobian(self) -> tuple[Tensor, Tensor | None]:
+        """(φ(z'), J_φ(z')): φ(z'_j) [n', m] (z'[:k] for a linear generator) and J_φ(z'_j) [n', m, k] (None for a
+        linear generator: the identity), by forward propagation through the layers, J_1 = diag(act'(pre_1)) W_1
+        and J_l = diag(act'(pre_l)) W_l J_{l−1}. Carried transposed, Jᵀ [n', k, m], so each layer is ONE folded
+        GEMM [n'·k, m_in] @ W_lᵀ rather than n' small ones; returned as a transposed view. φ(z') comes out of
+        the same pass (the generator's forward at z' need not repeat it)."""
         if self.linear:
-            return None
+            return self.z_prefix, None
         act = ACTIVATIONS[self.activation]
         h, Jt = self.z_prefix, None
         for weight, bias in self.hidden:
@@ -100,7 +104,7 @@ class GeneratorJacobian:
             # would turn the next layer's GEMM into n' small ones.
             Jt = slope * (weight.T.contiguous() if Jt is None else Jt @ weight.T)
             h = out
-        return Jt.transpose(-1, -2)
+        return h, Jt.transpose(-1, -2)
 
     def top_block(self, features_jacobian: Tensor | None) -> Tensor:
         """A_j = W_top J_φ(z'_j), [n', k, k]."""

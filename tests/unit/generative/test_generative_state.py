@@ -141,6 +141,18 @@ def test_option_schemas_reject_unknown_and_bad_fields() -> None:
             run(spec("gpvi", options, steps=1))
 
 
+@pytest.mark.parametrize(("helper", "layers", "hidden_layers"), [("pairwise", None, 3), ("matrix", None, 1),
+                                                                  ("matrix", 2, 2), ("pairwise", 0, 0)])
+def test_each_helper_has_its_default_depth_unless_given(helper: str, layers: int | None, hidden_layers: int) -> None:
+    network = {} if layers is None else {"hidden_layers": layers}
+    method = build("gpvi", {"helper": helper, "generator": {"hidden": [4], "noise_dim": 2},
+                            "helper_network": {"hidden_width": 5, **network}})
+    if helper == "matrix":  # k → 5 (× hidden_layers) → k²
+        assert method.helper.net.shapes == [(5, 2)] + [(5, 5)] * (hidden_layers - 1) + [(4, 5)]
+    else:  # two input branches, then hidden_layers layers of width 2·5 and the output
+        assert len(method.helper.trunk.layers) == hidden_layers + 1
+
+
 def test_a_trainable_lambda_moves() -> None:
     result = run(spec("gpvi", {"generator": {"hidden": [], "noise_dim": 2, "lambda": 0.8, "lambda_trainable": True,
                                              "lambda_lr": 0.05}}, steps=20))
