@@ -130,13 +130,17 @@ def matrix_helper_loss(system: Tensor, P: Tensor, probes: Tensor) -> tuple[Tenso
     L = mean over (q, j, ·) of (S_j P_j r_qj − r_qj)², S_j = (A_j + λI)ᵀ (`top_system`), probes r [q, n', k]
     (eq. 10 with y = P r).
 
-    With R_j = S_j P_j Π_j − Π_j (Π_j = [r_qj]_q, k×q) and G = 2R/|R|:  dL/dP_j = S_jᵀ G_j Π_jᵀ.
-    (bmm rather than `@`: at small sizes the step is op-bound, and `@` on batches adds expand/view ops.)"""
+    The same loss on the same probes, through their Gram matrices C_j = Σ_q r_qj r_qjᵀ: with E_j = S_j P_j − I,
+        L = (1/N) Σ_j ⟨E_j C_j, E_j⟩_F,   dL/dP_j = (2/N) S_jᵀ E_j C_j,   N = q·n'·k,
+    so every product after C is k×k (a batched product of many tiny matrices costs per matrix, and the
+    probe count then enters only C)."""
+    count = probes.numel()
     Pi = probes.permute(1, 2, 0)  # [n', k, q]
-    R = torch.baddbmm(Pi, system, torch.bmm(P, Pi), beta=-1)
-    G = R.mul(2.0 / R.numel())
-    flat = R.view(-1)
-    return torch.dot(flat, flat) / flat.numel(), torch.bmm(torch.bmm(system.transpose(-1, -2), G), Pi.transpose(-1, -2))
+    gram = torch.bmm(Pi, Pi.transpose(1, 2))
+    E = torch.baddbmm(torch.eye(P.shape[-1], dtype=P.dtype, device=P.device), system, P, beta=-1)
+    EC = torch.bmm(E, gram)
+    loss = torch.dot(E.view(-1), EC.view(-1)).div_(count)
+    return loss, torch.bmm(system.transpose(1, 2), EC).mul_(2.0 / count)
 
 
 def helper_loss(residual: Tensor) -> Tensor:
