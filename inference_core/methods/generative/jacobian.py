@@ -99,10 +99,13 @@ class GeneratorJacobian:
         for weight, bias in self.hidden:
             pre = torch.nn.functional.linear(h, weight, bias)
             out = act(pre)
-            slope = activation_slope(self.activation, pre, out).unsqueeze(-2)  # [n', 1, m_l]
             # weight.T made contiguous: the product takes its operands' layout, and a column-major Jt
             # would turn the next layer's GEMM into n' small ones.
-            Jt = slope * (weight.T.contiguous() if Jt is None else Jt @ weight.T)
+            product = weight.T.contiguous() if Jt is None else Jt @ weight.T
+            if self.activation == "relu":  # the mask act'(pre) applied in one op (autograd's ReLU backward)
+                Jt = torch.ops.aten.threshold_backward(product, pre.unsqueeze(-2), 0)
+            else:
+                Jt = activation_slope(self.activation, pre, out).unsqueeze(-2) * product  # slope [n', 1, m_l]
             h = out
         return h, Jt.transpose(-1, -2)
 
