@@ -30,36 +30,57 @@ def make_optimizer(params: Iterable[torch.Tensor], options: OptimizerOptions) ->
     return build_optimizer(params, options)
 
 
-def _direct_adam_group(optimizer: torch.optim.Optimizer) -> dict | None:
-    """The single parameter group when `optimizer` is a plain fused Adam that `optimizer_step` may run
-    directly (no hooks, no AMSGrad/maximise/differentiable/capturable/decoupled decay, a float lr)."""
+class _DirectAdam:
+    """What `optimizer_step` needs of a plain fused Adam with state for every parameter, gathered once: the
+    parameters and their state tensors (valid while the optimizer keeps this state and group: a
+    load_state_dict replaces both, and then a fresh plan is made)."""
+
+    def __init__(self, optimizer: torch.optim.Adam):
+        self.state, self.group = optimizer.state, optimizer.param_groups[0]
+        self.params = list(self.group["params"])
+        states = [self.state[p] for p in self.params]
+        self.exp_avgs = [state["exp_avg"] for state in states]
+        self.exp_avg_sqs = [state["exp_avg_sq"] for state in states]
+        self.steps = [state["step"] for state in states]
+
+    def current(self, optimizer: torch.optim.Optimizer) -> bool:
+        return optimizer.state is self.state and optimizer.param_groups[0] is self.group
+
+
+def _direct_plan(optimizer: torch.optim.Optimizer) -> _DirectAdam | None:
+    """A plan when `optimizer` is a plain fused Adam (one group; no AMSGrad/maximise/differentiable/capturable/
+    decoupled decay) whose parameters, of one device and dtype, all have state; else None."""
     if type(optimizer) is not torch.optim.Adam or len(optimizer.param_groups) != 1:
         return None
     group = optimizer.param_groups[0]
-    plain = (group["fused"] and not (group["amsgrad"] or group["maximize"] or group["differentiable"]
-                                     or group["capturable"] or group["decoupled_weight_decay"])
-             and isinstance(group["lr"], float))
-    hooked = (optimizer._optimizer_step_pre_hooks or optimizer._optimizer_step_post_hooks
-              or _global_optimizer_pre_hooks or _global_optimizer_post_hooks)
-    return group if plain and not hooked else None
+    plain = group["fused"] and not (group["amsgrad"] or group["maximize"] or group["differentiable"]
+                                    or group["capturable"] or group["decoupled_weight_decay"])
+    params = group["params"]
+    if not plain or any(p not in optimizer.state for p in params) or len({(p.device, p.dtype) for p in params}) != 1:
+        return None
+    return _DirectAdam(optimizer)
 
 
 def optimizer_step(optimizer: torch.optim.Optimizer) -> None:
-    """`optimizer.step()`; for a plain fused Adam whose state exists (every step after the first) on
-    parameters of one device and dtype, its kernels are called directly (see the module docstring)."""
-    group = _direct_adam_group(optimizer)
-    params = [] if group is None else [p for p in group["params"] if p.grad is not None]
-    if not params or any(p not in optimizer.state for p in params) or len({(p.device, p.dtype) for p in params}) > 1:
+    """`optimizer.step()`; for a plain fused Adam with state for all its parameters (every step after the
+    first), no hooks, a float lr and every gradient present, its kernels are called directly (see the module
+    docstring)."""
+    plan = getattr(optimizer, "_direct_adam", None)
+    if plan is None or not plan.current(optimizer):
+        plan = _direct_plan(optimizer)
+        optimizer._direct_adam = plan  # type: ignore[attr-defined]
+    group = optimizer.param_groups[0]
+    hooked = (optimizer._optimizer_step_pre_hooks or optimizer._optimizer_step_post_hooks
+              or _global_optimizer_pre_hooks or _global_optimizer_post_hooks)
+    grads = None if plan is None else [p.grad for p in plan.params]
+    if plan is None or hooked or not isinstance(group["lr"], float) or any(g is None for g in grads):
         optimizer.step()
         return
-    states = [optimizer.state[p] for p in params]
-    steps = [state["step"] for state in states]
     beta1, beta2 = group["betas"]
-    torch._foreach_add_(steps, 1)
-    torch._fused_adam_(params, [p.grad for p in params], [state["exp_avg"] for state in states],
-                       [state["exp_avg_sq"] for state in states], [], steps, amsgrad=False, lr=group["lr"],
-                       beta1=beta1, beta2=beta2, weight_decay=group["weight_decay"], eps=group["eps"],
-                       maximize=False, grad_scale=None, found_inf=None)
+    torch._foreach_add_(plan.steps, 1)
+    torch._fused_adam_(plan.params, grads, plan.exp_avgs, plan.exp_avg_sqs, [], plan.steps, amsgrad=False,
+                       lr=group["lr"], beta1=beta1, beta2=beta2, weight_decay=group["weight_decay"],
+                       eps=group["eps"], maximize=False, grad_scale=None, found_inf=None)
 
 
 def zero_grads(optimizer: torch.optim.Optimizer) -> None:

@@ -4,6 +4,8 @@ wherever the direct path does not apply."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -74,3 +76,28 @@ def test_zero_grads_keeps_missing_gradients_missing() -> None:
     zero_grads(optimizer)
     assert torch.equal(params[0].grad, torch.zeros_like(params[0]))
     assert params[1].grad is None and params[2].grad is None
+
+
+def test_a_loaded_state_replaces_the_direct_steps_tensors() -> None:
+    def train(direct: bool) -> torch.Tensor:
+        params = parameters(torch.float64)
+        optimizer = make_optimizer(params, OptimizerOptions(name="adam", lr=5e-2))
+
+        def steps(count: int) -> None:
+            for _ in range(count):
+                zero_grads(optimizer) if direct else optimizer.zero_grad(set_to_none=False)
+                sum((p - 1).square().sum() for p in params).backward()
+                optimizer_step(optimizer) if direct else optimizer.step()
+
+        steps(3)
+        saved_state = copy.deepcopy(optimizer.state_dict())
+        saved_params = [p.detach().clone() for p in params]
+        steps(2)  # then back to step 3: the optimiser's state (new tensors) and the parameters as they were
+        optimizer.load_state_dict(saved_state)
+        with torch.no_grad():
+            for p, value in zip(params, saved_params, strict=True):
+                p.copy_(value)
+        steps(2)
+        return torch.cat([p.detach().reshape(-1) for p in params])
+
+    assert torch.equal(train(True), train(False))
