@@ -25,6 +25,7 @@ RBF kernel on the noise: k(a, b) = exp(−||a − b||²/h), ∇_a k(a, b) = (2/h
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import torch
@@ -137,10 +138,17 @@ def matrix_helper_loss(system: Tensor, P: Tensor, probes: Tensor) -> tuple[Tenso
     count = probes.numel()
     Pi = probes.permute(1, 2, 0)  # [n', k, q]
     gram = torch.bmm(Pi, Pi.transpose(1, 2))
-    E = torch.baddbmm(torch.eye(P.shape[-1], dtype=P.dtype, device=P.device), system, P, beta=-1)
+    E = torch.baddbmm(_identity(P.shape[-1], P.dtype, P.device), system, P, beta=-1)
     EC = torch.bmm(E, gram)
     loss = torch.dot(E.view(-1), EC.view(-1)).div_(count)
-    return loss, torch.bmm(system.transpose(1, 2), EC).mul_(2.0 / count)
+    # (2/N) Sᵀ E C as one op: with beta = 0 the input (EC, any tensor of the shape) is ignored
+    return loss, torch.baddbmm(EC, system.transpose(1, 2), EC, beta=0, alpha=2.0 / count)
+
+
+@functools.lru_cache(maxsize=16)
+def _identity(k: int, dtype: torch.dtype, device: torch.device) -> Tensor:
+    """I_k, made once per (k, dtype, device) and only ever read (a step is op-bound at small sizes)."""
+    return torch.eye(k, dtype=dtype, device=device)
 
 
 def helper_loss(residual: Tensor) -> Tensor:

@@ -47,7 +47,7 @@ class GeneratorJacobian:
         self.w_top, self.w_rest = weight[: self.k], weight[self.k:]
         self.hidden = network.hidden_params(detach=True)
         self.activation = network.activation
-        self.z_prefix = z_expect[:, : self.k].detach()
+        self.z_prefix = (z_expect if self.k == self.noise_dim else z_expect[:, : self.k]).detach()
         self.linear = not self.hidden
         self._vjp_fn: Callable | None = None
 
