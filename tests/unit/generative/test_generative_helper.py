@@ -14,6 +14,7 @@ from inference_core.methods.generative import gpvi_math
 from inference_core.methods.generative.jacobian import GeneratorJacobian
 from inference_core.methods.generative.networks import MatrixHelper, PairwiseHelper
 from inference_core.samplers.generator import GeneratorNetwork
+from inference_core.schemas.generative import HELPER_LAYERS, HelperOptions
 
 K_DIM, D_DIM, LAM = 2, 4, 1.0
 
@@ -52,7 +53,9 @@ def test_helper_matches_the_exact_solve_after_warm_up(kind: str) -> None:
     network = small_generator()
     g = torch.Generator().manual_seed(1)
     init = torch.Generator().manual_seed(2)
-    helper = PairwiseHelper(K_DIM, 64, 3, init) if kind == "pairwise" else MatrixHelper(K_DIM, 32, 3, init)
+    # the matrix helper as GPVI builds it by default (32 wide, HELPER_LAYERS deep)
+    helper = (PairwiseHelper(K_DIM, 64, 3, init) if kind == "pairwise"
+              else MatrixHelper(K_DIM, HelperOptions().hidden_width, HELPER_LAYERS["matrix"], init))
     optimizer = torch.optim.Adam(helper.parameters(), lr=1e-3)
 
     def predict(jac, w):
