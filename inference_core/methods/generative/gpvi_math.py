@@ -161,13 +161,13 @@ def top_system(A: Tensor, lam: float) -> Tensor:
     when λ = 0)."""
     if lam == 0:
         return A.transpose(-1, -2)
-    return A.transpose(-1, -2) + lam * torch.eye(A.shape[-1], dtype=A.dtype, device=A.device)
+    return A.transpose(-1, -2) + lam * _identity(A.shape[-1], A.dtype, A.device)
 
 
 def exact_top_inverse_transpose(A: Tensor, lam: float) -> Tensor:
     """P_j = (A_j + λI)^{-T} for A [n', k, k], by torch.linalg.solve (never an explicit `inverse`)."""
     system = top_system(A, lam)
-    eye = torch.eye(A.shape[-1], dtype=A.dtype, device=A.device)
+    eye = _identity(A.shape[-1], A.dtype, A.device)
     return torch.linalg.solve(system, eye.expand_as(system))
 
 
