@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from inference_core.schemas.function_space import FPiSGLDOptions, FSVGDOptions, FWSGLDOptions
 from inference_core.schemas.generative import (
     AmortizedGFSFOptions,
     AmortizedKSDOptions,
@@ -148,6 +149,9 @@ TARGET_KINDS: dict[str, TargetKind] = {
 # Kinds whose parameters live in a fixed finite-dimensional space that particle methods move directly.
 # function_posterior is a posterior over functions: only the function-space methods accept it.
 WEIGHT_SPACE_KINDS = frozenset(TARGET_KINDS) - {"function_posterior"}
+# f-POVI moves network weights through their function values: BNNs, and function posteriors with a bnn
+# prior (the method refuses other priors with method_unsupported_for_target when it is built).
+NETWORK_KINDS = frozenset({"bnn", "function_posterior"})
 
 METHODS: dict[str, Method] = {
     method.name: method
@@ -279,6 +283,36 @@ METHODS: dict[str, Method] = {
             summary="Amortised KSD: a generator moved along a learned Stein critic f(x) (MLP, no BatchNorm).",
             paper="Hu et al. 2018; GPVI paper §4 (amortized KSD)",
             target_kinds=WEIGHT_SPACE_KINDS,
+        ),
+        Method(
+            name="fsvgd",
+            family="function_space",
+            schema=FSVGDOptions,
+            builder="inference_core.methods.function_space.fpovi:FSVGD",
+            summary="Function-space SVGD (f-POVI): SVGD on network outputs at a mixed batch, with a Gaussian "
+            "prior fitted to fresh prior functions, pulled back to the weights.",
+            paper="Wang, Ren, Zhu & Zhang 2019 (f-POVI), eq. 4, Algorithm 1, Table 1",
+            target_kinds=NETWORK_KINDS,
+        ),
+        Method(
+            name="fwsgld",
+            family="function_space",
+            schema=FWSGLDOptions,
+            builder="inference_core.methods.function_space.fpovi:FWSGLD",
+            summary="Function-space w-SGLD-B (f-POVI): the blob w-SGLD direction on network outputs, pulled "
+            "back to the weights.",
+            paper="Wang, Ren, Zhu & Zhang 2019 (f-POVI), eq. 4, Table 1; Chen et al. 2018",
+            target_kinds=NETWORK_KINDS,
+        ),
+        Method(
+            name="fpisgld",
+            family="function_space",
+            schema=FPiSGLDOptions,
+            builder="inference_core.methods.function_space.fpovi:FPiSGLD",
+            summary="Function-space pi-SGLD (f-POVI): (w-SGLD-B + SVGD)/2 on network outputs, pulled back to "
+            "the weights.",
+            paper="Wang, Ren, Zhu & Zhang 2019 (f-POVI), eq. 4, Table 1; Chen et al. 2018",
+            target_kinds=NETWORK_KINDS,
         ),
     ]
 }
