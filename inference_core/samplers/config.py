@@ -8,7 +8,8 @@
                     "output_dim": 2, "lambda": 0.0},
       "noise": {"distribution": "standard_normal", "dtype": "float32", "draw": NOISE_DRAW},
       "target": {"kind": "gaussian", "dim": 2},
-      "layout": null                      # BNN hypernetworks: [{"name", "shape", "offset"}, ...]
+      "layout": null,                     # BNN hypernetworks: [{"name", "shape", "offset"}, ...]
+      "model": null                       # predictive samplers: PredictiveModelConfig below
     }
 
 f(z) = output.weight · φ(z[:, :input_dim]) + output.bias + lambda · z, φ the hidden stack (see
@@ -89,6 +90,68 @@ class LayoutBlock(StrictModel):
     offset: int = Field(ge=0, le=MAX_DIM)
 
 
+class NetworkConfig(StrictModel):
+    """The MLP whose flat weight vectors a hypernetwork draws (layout in `SamplerConfig.layout`)."""
+
+    hidden: list[int] = Field(max_length=MAX_HIDDEN_LAYERS)
+    activation: Activation
+    n_outputs: int = Field(ge=1, le=MAX_WIDTH)
+
+
+class StandardizationConfig(StrictModel):
+    """Training-part statistics: the model sees (x − x_mean)/x_std and predicts (y − y_mean)/y_std."""
+
+    x_mean: list[float] = Field(max_length=MAX_WIDTH)
+    x_std: list[float] = Field(max_length=MAX_WIDTH)
+    y_mean: float | None = None
+    y_std: float | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> StandardizationConfig:
+        if len(self.x_mean) != len(self.x_std) or any(s <= 0 for s in self.x_std):
+            raise ValueError("x_mean and x_std must have one entry per input and x_std > 0")
+        if (self.y_mean is None) != (self.y_std is None):
+            raise ValueError("y_mean and y_std come together")
+        return self
+
+
+class FixedNoiseConfig(StrictModel):
+    """Regression noise N(0, std²) in the model's (standardised) units, the same for every draw."""
+
+    type: Literal["fixed"] = "fixed"
+    std: float = Field(gt=0, le=1e6)
+
+
+class DrawNoiseConfig(StrictModel):
+    """Regression noise carried by each draw: the extra parameter `name` of its weight vector."""
+
+    type: Literal["from_draw"] = "from_draw"
+    name: Literal["log_noise_std", "log_noise_precision"]
+
+
+class PredictiveModelConfig(StrictModel):
+    """What `/predict` needs besides the draws: the task, the network a weight draw parameterises (None when
+    the sampler draws function values itself), the data standardisation and the observation noise."""
+
+    task: Literal["regression", "classification"]
+    n_inputs: int = Field(ge=1, le=MAX_WIDTH)
+    n_classes: int | None = Field(default=None, ge=2, le=MAX_WIDTH)
+    network: NetworkConfig | None = None
+    standardization: StandardizationConfig | None = None
+    noise: FixedNoiseConfig | DrawNoiseConfig | None = Field(default=None, discriminator="type")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> PredictiveModelConfig:
+        if self.task == "classification":
+            if self.n_classes is None or self.noise is not None:
+                raise ValueError("a classifier has n_classes and no regression noise")
+        elif self.n_classes is not None or self.noise is None:
+            raise ValueError("a regression model has a noise model and no n_classes")
+        if self.standardization is not None and len(self.standardization.x_mean) != self.n_inputs:
+            raise ValueError("standardization.x_mean must have n_inputs entries")
+        return self
+
+
 class SamplerConfig(StrictModel):
     format: Literal["parvis.sampler"]
     format_version: Literal[1]
@@ -98,6 +161,7 @@ class SamplerConfig(StrictModel):
     noise: NoiseConfig
     target: TargetSummary
     layout: list[LayoutBlock] | None = Field(default=None, max_length=10_000)
+    model: PredictiveModelConfig | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> SamplerConfig:
@@ -109,6 +173,13 @@ class SamplerConfig(StrictModel):
                     raise ValueError(f"layout block {block.name!r} has a negative extent")
                 if block.offset + math.prod(block.shape) > self.target.dim:
                     raise ValueError(f"layout block {block.name!r} runs past the output dimension")
+        if self.model is not None and self.model.network is not None:
+            names = {block.name for block in self.layout or []}
+            if "layer0.weight" not in names:
+                raise ValueError("a model with a network needs the weight layout")
+            noise = self.model.noise
+            if isinstance(noise, DrawNoiseConfig) and noise.name not in names:
+                raise ValueError(f"the noise parameter {noise.name!r} is not in the layout")
         return self
 
 

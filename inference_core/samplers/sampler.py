@@ -59,7 +59,7 @@ class Sampler:
 
     @classmethod
     def from_generator(cls, network: GeneratorNetwork, *, method: str, target_kind: str,
-                       layout: list[dict[str, Any]] | None = None) -> Sampler:
+                       layout: list[dict[str, Any]] | None = None, model: dict[str, Any] | None = None) -> Sampler:
         """Snapshot of a training generator (float32 copies; λ rounded to float32 as the forward uses it)."""
         lam = float(torch.tensor(network.lam_float(), dtype=torch.float32))
         config = {
@@ -73,6 +73,7 @@ class Sampler:
             "noise": {"distribution": "standard_normal", "dtype": "float32", "draw": NOISE_DRAW},
             "target": {"kind": target_kind, "dim": network.output_dim},
             "layout": layout,
+            "model": model,
         }
         return cls(config, network.tensors())
 

@@ -20,6 +20,7 @@ from torch import Tensor
 from inference_core import errors
 from inference_core.methods.base import Method
 from inference_core.methods.generative.optimizers import make_optimizer, optimizer_step, zero_grads
+from inference_core.prediction.model import predictive_model
 from inference_core.samplers import Sampler
 from inference_core.samplers.generator import GeneratorNetwork, mlp_features
 from inference_core.schemas.generative import GenerativeOptions
@@ -180,7 +181,8 @@ class GenerativeMethod(Method):
     def sampler(self) -> Sampler:
         describe = getattr(self.target, "describe_layout", None)
         layout = describe() if callable(describe) else None
-        return Sampler.from_generator(self.network, method=self.name, target_kind=self.target.kind, layout=layout)
+        return Sampler.from_generator(self.network, method=self.name, target_kind=self.target.kind, layout=layout,
+                                      model=predictive_model(self.target))
 
     # ---- checkpoints ---------------------------------------------------------------------------------
 
