@@ -19,6 +19,7 @@ from inference_core import errors
 from inference_core.catalog import METHODS, resolve
 from inference_core.methods.base import DTYPES, Method
 from inference_core.metrics.evaluation import Evaluator
+from inference_core.metrics.heldout import heldout_metrics
 from inference_core.spec import EvalSpec, JobSpec, Limits, validate_job_spec
 from inference_core.targets import BuildContext, build_target
 
@@ -128,5 +129,8 @@ def run(
             hooks.on_metrics(step, metrics)
         if step % job.checkpoint_interval == 0 and step < job.steps:
             hooks.save_checkpoint(step, method.state_dict())
-    final = evaluate(method, evaluator=evaluator) if stopped is None else {}
+    final: dict[str, float] = {}
+    if stopped is None:
+        # Held-out metrics (test RMSE/LL, accuracy/NLL) when the data has a test part; see metrics.heldout.
+        final = {**evaluate(method, evaluator=evaluator), **heldout_metrics(method)}
     return RunResult(method, method.step_count, stopped, final, time.perf_counter() - started)
