@@ -11,7 +11,7 @@ Regression: the equal-weight Gaussian mixture (1/n) Σ_i N(f_i(x), σ_i²) of `p
 fixed noise std or the draw's own (exp(log σ), or exp(−log γ / 2) for a precision), times y_std →
 `mean`, `std` (noise included), `std_epistemic` (spread of the f_i alone), `quantiles`.
 Classification: `probs` = (1/n) Σ_i softmax(f_i(x)) [m, K] and the predictive `entropy` −Σ_k p_k log p_k.
-Everything is computed in float64 on the CPU.
+The network runs in float32 (the precision of stored draws), everything after it in float64, on the CPU.
 """
 
 from __future__ import annotations
@@ -177,9 +177,12 @@ class WeightPredictor(Predictor):
         return torch.exp(u) if self.noise_block == "log_noise_std" else torch.exp(-0.5 * u)
 
     def _draws(self, x: Tensor, n: int | None, seed: int) -> tuple[Tensor, Tensor | None]:
-        weights = self.draw_weights(n, seed).detach().to(device="cpu", dtype=torch.float64)
+        # The network in float32, the precision draws are stored in (samplers and predictor archives are
+        # float32; a float64 batched forward costs several times more), the mixture in float64.
+        weights = self.draw_weights(n, seed).detach().to(device="cpu", dtype=torch.float32)
         with torch.no_grad():
-            outputs = self.network_outputs(weights, self.standardize(x))
+            outputs = self.network_outputs(weights, self.standardize(x).to(torch.float32)).to(torch.float64)
+        weights = weights.to(torch.float64)
         if self.task == "classification":
             return outputs, None
         return self.y_mean + self.y_std * outputs[..., 0], self.y_std * self.noise_std(weights)

@@ -9,27 +9,11 @@ import numpy as np
 import pytest
 
 from app.api.auth import create_api_key
-from app.data import jobs as job_state
 from app.data.db import make_engine, make_session_factory
-from app.data.models import Job
-from app.data.queue import make_celery
 from app.data.settings import Settings
-from app.data.store import make_store
+from tests.support.inprocess import run_worker
 from tests.support.threads import single_torch_thread  # noqa: F401  (autouse fixture)
 from tests.unit.test_api_jobs import assert_problem
-from workers.context import WorkerContext
-from workers.runner import JobExecution
-
-
-def run_worker(settings: Settings, job_id: str) -> None:
-    """What a Celery worker does with the job's message, in this process."""
-    context = WorkerContext(settings=settings, sessions=make_session_factory(make_engine(settings.database_url)),
-                            store=make_store(settings.artifacts_url), sender=make_celery(settings, main="test"))
-    with context.sessions() as session:
-        lease = job_state.claim_job(session, job_id, "test-worker", settings.lease_seconds)
-        job = session.get(Job, job_id)
-        session.expunge(job)
-    JobExecution(context, lease, job).execute()
 
 
 def train(client, settings: Settings, headers: dict, spec: dict) -> dict:
