@@ -31,6 +31,7 @@ from inference_core.methods.kernel_sums import (
     stein_kernel_matrix,
     weighted_cross_stein_sums,
 )
+from inference_core.methods.optim import adagrad_momentum_ascent
 from inference_core.schemas.methods import (
     InducedAdversarialOptions,
     InducedOptions,
@@ -150,15 +151,6 @@ def induced_points_repulsion(y: Tensor, kernel: Kernel, strength: float) -> Tens
     yc, _ = centre(y)
     sq = ((yc.unsqueeze(1) - yc.unsqueeze(0)) ** 2).sum(-1)
     return -(strength / (2.0 * m)) * kernel.f(sq).sum()
-
-
-def adagrad_momentum_ascent(
-    param: Tensor, grad: Tensor, history: Tensor | None, lr: float, alpha: float, eps: float
-) -> tuple[Tensor, Tensor]:
-    """One ASCENT step of the AdaGrad-with-momentum rule of Kang's and Liu's code: hist = g² on the first
-    step, then α·hist + (1 − α)·g²; param + lr·g/(eps + √hist). Returns (param, hist)."""
-    history = grad * grad if history is None else alpha * history + (1.0 - alpha) * grad * grad
-    return param + lr * grad / (eps + history.sqrt()), history
 
 
 # ------------------------------------------------------------------------------------------- methods

@@ -13,21 +13,13 @@ import math
 from collections.abc import Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
+from inference_core.networks import ACTIVATIONS
 from inference_core.schemas.models import ParameterBlock, layout_size, mlp_layout
 
-ACTIVATION_FUNCTIONS = {
-    "relu": torch.relu,
-    "tanh": torch.tanh,
-    "sigmoid": torch.sigmoid,
-    "softplus": F.softplus,
-    "elu": F.elu,
-    "gelu": F.gelu,
-    "silu": F.silu,
-    "leaky_relu": F.leaky_relu,
-}
+#: The shared activation table (inference_core.networks), under this module's historical name.
+ACTIVATION_FUNCTIONS = ACTIVATIONS
 
 
 class MLP:
