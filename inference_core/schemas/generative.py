@@ -156,7 +156,8 @@ def _critic_optimizer() -> OptimizerOptions:
 class CriticOptions(StrictModel):
     """KSD critic f_ψ: R^d → R^d (an MLP without BatchNorm), maximising the Stein discrepancy
     E[∇log p·f + tr ∇f] − l2_weight·E||f||² (notes §1, minmax; Table 7: 1×100, lr 1e-3, L2 weight 10).
-    `trace`: exact (d backward passes) or Hutchinson (one Gaussian probe); `auto` is exact for d ≤ 32."""
+    `trace`: exact (d backward passes) or Hutchinson (one Gaussian probe); `auto` is exact for d ≤ 16
+    (methods.directions.EXACT_TRACE_MAX_DIM, shared with the particle KSD)."""
 
     hidden: list[int] = Field(default_factory=lambda: [100], max_length=8)
     activation: Activation = "relu"
