@@ -1,5 +1,5 @@
 """Bandwidth rules for k(x, y) = exp(-||x - y||² / h): the median heuristic at scale, fixed, scaled, running
-average (notes §3). Each rule is a small callable object (as NumPyro's injected bandwidth): `rule(X) -> h`,
+average (docs/implementation-notes.md, "Median heuristic"). Each rule is a small callable object (as NumPyro's injected bandwidth): `rule(X) -> h`,
 a detached 0-dim tensor in X's dtype and device, plus `state_dict()`/`load_state_dict()` for checkpoints.
 
 Median convention (numpy's): the median of an even count is the mean of the two middle order statistics.

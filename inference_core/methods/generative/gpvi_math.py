@@ -1,4 +1,4 @@
-"""GPVI's functional gradient as pure functions (Ratzlaff et al. 2021, eqs. 5–11; notes §2).
+"""GPVI's functional gradient as pure functions (Ratzlaff et al. 2021, eqs. 5–11; docs/implementation-notes.md, "GPVI (ALF)").
 
 Notation. Noise z ∈ R^D, generator f(z) = g(z[:k]) + λz with g(u) = W φ(u) + b (samplers.generator), so
 

@@ -1,8 +1,8 @@
 """A fully connected network evaluated for many weight vectors (particles) at once.
 
 Each particle is one flat vector laid out by `schemas.models.mlp_layout` (per layer: weight [out, in]
-row-major, then bias [out]; extra scalars last), as in ALF's `ParamNetwork`/`ParamFC` (notes,
-gpvi_reference_implementation.md §4). `forward(theta[n, D], X[B, p]) -> [n, B, out]` runs one batched
+row-major, then bias [out]; extra scalars last), as in ALF's `ParamNetwork`/`ParamFC` (docs/implementation-notes.md,
+"Hypernetworks and BNN parameter layout"). `forward(theta[n, D], X[B, p]) -> [n, B, out]` runs one batched
 matmul per layer over the particle dimension (`torch.matmul` broadcasting, then `torch.baddbmm`), never a
 Python loop over particles. The object holds no tensors, so it moves with any target for free.
 """
