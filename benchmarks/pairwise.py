@@ -1,4 +1,4 @@
-"""Pairwise kernel benchmarks (notes/pairwise_kernels.md §7). Prints ratios measured side by side in one run
+"""Pairwise kernel benchmarks (docs/implementation-notes.md, "Pairwise kernels", benchmark protocol). Prints ratios measured side by side in one run
 and writes them to docs/benchmarks.md.
 
     python benchmarks/pairwise.py            # CPU: chunked vs dense grid, n = 1e5 memory run, SVGD step vs peers
@@ -14,7 +14,7 @@ CPU sections (`## Pairwise kernels (CPU)`):
    same isotropic RBF and h = median of the full n×n squared-distance matrix / log n. A one-step SGD check
    shows the four compute the same update.
 
-GPU section (`## Pairwise kernels (GPU)`): the §7 grid — triton vs dense eager and chunked, roofline fraction
+GPU section (`## Pairwise kernels (GPU)`): the benchmark grid — triton vs dense eager and chunked, roofline fraction
 against measured peaks, peak-memory ratio, accuracy on 256 rows, median and solve, n = 1e6 where dense OOMs.
 """
 
@@ -437,14 +437,14 @@ def cpu_report(quick: bool) -> str:
 
 GPU_PENDING = (
     "GPU figures remain to be measured: this run had no GPU. `python benchmarks/pairwise.py --gpu` implements "
-    "the grid of notes §7 (triton vs dense eager and chunked, roofline fraction against measured SGEMM/TF32/"
+    "the benchmark grid of docs/implementation-notes.md (section Pairwise kernels: triton vs dense eager and chunked, roofline fraction against measured SGEMM/TF32/"
     "BF16/exp peaks, peak-memory ratio, accuracy on 256 rows, median and solve, n = 1e6 at d = 2 where dense "
     "runs out of memory) and replaces this section."
 )
 
 
 # ----------------------------------------------------------------------------------------------------------
-# GPU grid (notes §7)
+# GPU grid (docs/implementation-notes.md, "Pairwise kernels", benchmark protocol)
 # ----------------------------------------------------------------------------------------------------------
 
 
@@ -453,7 +453,7 @@ MAX_GPU_CELL_WORK = 2e12
 
 
 def gpu_report(dry_run: bool) -> str:
-    """The §7 grid. `dry_run` runs the same code on CPU tensors (TRITON_INTERPRET=1) at toy sizes, to check
+    """The benchmark grid (docs/implementation-notes.md, "Pairwise kernels"). `dry_run` runs the same code on CPU tensors (TRITON_INTERPRET=1) at toy sizes, to check
     the script itself on a machine without a GPU; its numbers mean nothing."""
     from inference_core.kernels import kernel_matmul, kernel_solve, ksd2, mmd2
 
@@ -470,7 +470,7 @@ def gpu_report(dry_run: bool) -> str:
         f"Measured peaks: SGEMM {peaks['fp32'] / 1e12:.1f} TFLOP/s, TF32 {peaks['tf32'] / 1e12:.1f}, "
         f"BF16 {peaks['bf16'] / 1e12:.1f}, exp {peaks['exp'] / 1e12:.2f} T/s.",
         "",
-        "Ratios are t(other) / t(triton); roofline = bound / t(triton) with the §4 model at measured peaks; "
+        "Ratios are t(other) / t(triton); roofline = bound / t(triton) with the roofline model of docs/implementation-notes.md at measured peaks; "
         "memory = max_memory_allocated / (n·d·4 B); error = max relative error on 256 rows against float64.",
         "",
         "| n | d | precision | triton | dense eager / triton | chunked / triton | roofline | mem triton | "

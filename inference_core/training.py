@@ -1,4 +1,4 @@
-"""The only training loop (DESIGN.md; exposed as `inference_core.run`, kept out of a module named `run` so
+"""The only training loop (docs/architecture.md, "Training loop"; exposed as `inference_core.run`, kept out of a module named `run` so
 the submodule never shadows that function): spec → target + method → steps, with hooks for the service.
 
 `run(spec)` works in a notebook with no hooks at all. The worker passes `RunHooks` to report progress and

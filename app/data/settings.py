@@ -43,7 +43,7 @@ class Settings(BaseSettings):
     max_page_size: int = 1000
     default_page_size: int = 50
 
-    # Job lifecycle (DESIGN.md "Job lifecycle"; notes/service_conventions.md §3).
+    # Job lifecycle (docs/architecture.md, "Job lifecycle"; docs/implementation-notes.md, "Celery for long jobs").
     max_attempts: int = 3
     lease_seconds: float = 30.0
     heartbeat_seconds: float = 2.0

@@ -20,7 +20,8 @@ Backends:
   default budget). `dense` and `keops` are never chosen by `auto`.
 
 `precision` = `ieee` | `tf32` | `bf16` selects the arithmetic of the kernel-times-matrix product only;
-distances are always computed in full float32 (TF32 error in x·y would feed the cancellation of §2).
+distances are always computed in full float32 (TF32 error in x·y would feed the cancellation described in
+docs/implementation-notes.md, "Pairwise kernels").
 It is explicit: global TF32 flags are overridden for the duration of the call and restored.
 """
 
@@ -224,7 +225,7 @@ def svgd_direction(
 
     The empirical form of SVGD's optimal perturbation (Liu & Wang 2016; GPVI eq. 13), an ASCENT direction:
     particles move x ← x + ε φ. For the RBF kernel ∇_{x_j} k(x_j, x_i) = (2/h) k_ij (x_i - x_j), so the sum
-    is one kernel pass K·[S, X, 1] plus an O(nd) epilogue (notes, "one-matmul form").
+    is one kernel pass K·[S, X, 1] plus an O(nd) epilogue (docs/implementation-notes.md, "Pairwise kernels", one-matmul form).
     `score` is ∇log p at each particle, [n, d].
     """
     if score is None:

@@ -1,4 +1,4 @@
-"""Samplers: trained generators as standalone objects (DESIGN.md, "samplers/").
+"""Samplers: trained generators as standalone objects (docs/architecture.md, "Networks and samplers").
 
     sampler = method.sampler()                    # a generative method's current generator
     x = sampler.sample(1000, seed=7)              # [1000, d] float32, bit-identical for the same (n, seed)
