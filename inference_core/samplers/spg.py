@@ -10,8 +10,8 @@ eq. 10) frozen on the CPU in float32. A draw is a function; `sample(n, seed, x)`
   4. Φ = [φ_1(u) … φ_S(u)] [m, S] (each φ_s the MLP `basis.weights[s]`, layout of
      `targets.models.network.MLP(p, basis_hidden, 1)`);  g = a Φᵀ (model units);
   5. y = y_mean + y_std·g (original units; identity when the standardisation has no y part).
-Draw i is one function: its values at any x are consistent across calls with the same (n, seed), and the
-same (sampler, n, seed, x) gives bit-identical values in one build of torch.
+Draw i is one function: its values at a point do not depend on the other rows of x (up to float32 matmul
+rounding), and the same (sampler, n, seed, x) gives bit-identical values in one build of torch.
 The SPG's white noise ν (std `generator.white_noise_std`) is white, so at distinct inputs it acts as
 observation noise: it is not in the draws but in `model.noise.std` = √(σ_π² + σ_ν²) (model units), which
 predictions add.
