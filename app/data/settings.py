@@ -39,6 +39,7 @@ class Settings(BaseSettings):
     max_dataset_cols: int = 10_000
     max_validate_points: int = 1000
     max_sample_n: int = 100_000
+    max_sample_values: int = 10_000_000  # n·len(x) per /sample call of a function-space sampler
     sampler_cache_size: int = 16
     max_page_size: int = 1000
     default_page_size: int = 50

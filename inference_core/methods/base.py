@@ -38,6 +38,9 @@ class Method:
     """Base of every inference method."""
 
     name = "method"
+    #: False when particles() are not points of the target's parameter space (FVI's function draws): the run
+    #: loop then skips the target-density checks and evaluates with the method's own `fit_metrics()`.
+    particles_in_target_space = True
 
     def __init__(self, target: Target, options: Any, num_particles: int, seed: int, device: torch.device):
         self.target = target
