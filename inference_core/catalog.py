@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from inference_core.schemas.fvi import FVIOptions
 from inference_core.schemas.generative import (
     AmortizedGFSFOptions,
     AmortizedKSDOptions,
@@ -279,6 +280,17 @@ METHODS: dict[str, Method] = {
             summary="Amortised KSD: a generator moved along a learned Stein critic f(x) (MLP, no BatchNorm).",
             paper="Hu et al. 2018; GPVI paper §4 (amortized KSD)",
             target_kinds=WEIGHT_SPACE_KINDS,
+        ),
+        Method(
+            name="fvi",
+            family="function_space",
+            schema=FVIOptions,
+            builder="inference_core.methods.fvi.method:FVI",
+            summary="Functional VI with a stochastic process generator f = Σ_s a_s φ_s + ν: prior distillation "
+            "(PoE encoder), then q(h) and the noise by the grid-functional KL with Russian-roulette debiasing; "
+            "a trained model is a function-space sampler.",
+            paper="Ma & Hernández-Lobato 2021 (FVI), eqs. 10-20, Algorithm 1",
+            target_kinds=frozenset({"function_posterior", "bnn"}),
         ),
     ]
 }
