@@ -11,6 +11,7 @@ import pytest
 from app.api.auth import create_api_key
 from app.data.db import make_engine, make_session_factory
 from app.data.settings import Settings
+from inference_core.samplers import load
 from tests.support.inprocess import run_worker
 from tests.support.threads import single_torch_thread  # noqa: F401  (autouse fixture)
 from tests.unit.test_api_jobs import assert_problem
@@ -148,3 +149,27 @@ def test_openapi_lists_both_predict_routes(client) -> None:
         body = operation["requestBody"]["content"]["application/json"]["schema"]
         assert {"x", "n", "seed", "quantiles"} <= set(body["properties"]) and body["required"] == ["x"]
         assert {"200", "404", "409", "413", "422"} <= set(operation["responses"])
+
+
+def test_fvi_sampler_predict_matches_its_offline_draws(service) -> None:
+    client, settings, a, _ = service
+    X = np.linspace(0.0, 3.0, 30)
+    spec = {"method": "fvi", "num_particles": 4, "steps": 10,
+            "target": {"kind": "function_posterior", "dataset": {"X": X[:, None].tolist(), "y": np.cos(X).tolist()},
+                       "prior": {"type": "gp", "lengthscale": 0.5}, "likelihood": {"noise_std": 0.1},
+                       "standardize": True},
+            "options": {"distill_steps": 10, "n_basis": 6, "latent_dim": 3}}
+    job = train(client, settings, a, spec)
+    x = [[-0.5], [1.0], [2.5], [4.0]]
+    out = client.post(f"/v1/samplers/{job['sampler_id']}/predict", json={"x": x, "n": 25, "seed": 2}, headers=a)
+    assert out.status_code == 200, out.text
+    sampler = load(client.get(f"/v1/samplers/{job['sampler_id']}/download", headers=a).content)
+    f = sampler.sample(25, 2, x).numpy().astype(np.float64)
+    model = sampler.config["model"]
+    sigma = model["noise"]["std"] * model["standardization"]["y_std"]
+    np.testing.assert_allclose(out.json()["mean"], f.mean(0), rtol=1e-12)
+    np.testing.assert_allclose(out.json()["std"], np.sqrt(f.var(0) + sigma**2), rtol=1e-12)
+    assert client.post(f"/v1/jobs/{job['id']}/predict", json={"x": x, "n": 25, "seed": 2},
+                       headers=a).json() == out.json()
+    assert_problem(client.post(f"/v1/samplers/{job['sampler_id']}/predict", json={"x": [[1.0, 2.0]]}, headers=a),
+                   422, "input_invalid")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from scipy import optimize, stats
+from scipy import optimize, special, stats
 
 from inference_core import run
 from inference_core.datasets import Dataset
@@ -286,3 +286,37 @@ def test_svgd_bnn_intervals_cover_their_nominal_share_of_held_out_points() -> No
     assert result.final_metrics["test_rmse"] == pytest.approx(np.sqrt(np.mean((out["mean"] - y_test) ** 2)), rel=1e-9)
     assert result.final_metrics["test_ll"] == pytest.approx(expected_ll, rel=1e-9)
     assert result.final_metrics["test_rmse"] < 0.6 and result.final_metrics["test_ll"] > -0.9
+
+
+def test_fvi_sampler_predictive_and_held_out_metrics() -> None:
+    """A trained FVI sampler (generator kind "spg"): the predictive is the mixture of its function draws at x
+    (original units) with the model's fixed noise std × y_std; the run reports held-out metrics from it."""
+    rng = np.random.default_rng(6)
+    X, X_test = rng.uniform(0, 3, size=(30, 1)), rng.uniform(0, 3, size=(20, 1))
+    y, y_test = 4 + 2 * np.cos(X[:, 0]), 4 + 2 * np.cos(X_test[:, 0])
+    data = Dataset(X=X, y=y, X_test=X_test, y_test=y_test, name="synthetic")
+    spec = {"method": "fvi", "num_particles": 4, "steps": 30,
+            "target": {"kind": "function_posterior", "dataset": "ds_" + "2" * 32, "standardize": True,
+                       "prior": {"type": "gp", "lengthscale": 0.5}, "likelihood": {"noise_std": 0.1}},
+            "options": {"distill_steps": 20, "n_basis": 6, "latent_dim": 3}}
+    result = run(spec, context=BuildContext(load_dataset=lambda _: data))
+    sampler = load(result.method.sampler().to_zip_bytes())
+    predictor = predictor_from_sampler(sampler)
+    assert isinstance(predictor, FunctionPredictor)
+    x = np.linspace(-0.5, 3.5, 9)[:, None]
+    out = predictor.predict(x, n=40, seed=3)
+    f = sampler.sample(40, 3, x).numpy().astype(np.float64)
+    model = sampler.config["model"]
+    sigma = model["noise"]["std"] * model["standardization"]["y_std"]
+    np.testing.assert_allclose(model["standardization"]["y_std"], y.std(), rtol=1e-12)
+    np.testing.assert_allclose(out["mean"], f.mean(0), rtol=1e-12)
+    np.testing.assert_allclose(out["std"], np.sqrt(f.var(0) + sigma**2), rtol=1e-12)
+    for k, q in enumerate(out["quantile_levels"]):
+        for j in range(9):
+            assert mixture_cdf64(out["quantiles"][k, j], f[:, j], np.full(40, sigma)) == pytest.approx(q, abs=1e-9)
+    # Held-out metrics: 100 draws with seed 0 at the test inputs, original units.
+    f_test = sampler.sample(100, 0, X_test).numpy().astype(np.float64)
+    ll = special.logsumexp(stats.norm.logpdf(y_test, loc=f_test, scale=sigma), axis=0) - np.log(100)
+    assert result.final_metrics["test_rmse"] == pytest.approx(np.sqrt(np.mean((f_test.mean(0) - y_test) ** 2)),
+                                                              rel=1e-5)
+    assert result.final_metrics["test_ll"] == pytest.approx(ll.mean(), rel=1e-5)
