@@ -37,11 +37,6 @@ def mixture_moments(loc: Tensor, scale: Tensor) -> tuple[Tensor, Tensor, Tensor]
     return mean, (epistemic_var + noise_var).sqrt(), epistemic_var.sqrt()
 
 
-def mixture_cdf(t: Tensor, loc: Tensor, scale: Tensor) -> Tensor:
-    """F(t_j) = (1/n) Σ_i Φ((t_j − loc[i, j]) / scale[i]) for t [m] (or [L, m] against loc [n, m])."""
-    return torch.special.ndtr((t.unsqueeze(-2) - loc) / _scales(scale, loc)).mean(-2)
-
-
 def _newton(t: Tensor, low: Tensor, high: Tensor, neg_b: Tensor, a: Tensor, q: Tensor, tol: Tensor,
             max_iterations: int) -> tuple[Tensor, Tensor, Tensor]:
     """Safeguarded Newton on F(t) = q for every level and input at once, in the dtype of the arguments.
