@@ -78,11 +78,15 @@ class NUTSOptions(MCMCOptions):
 
 
 class HMCOptions(MCMCOptions):
-    """Hamiltonian Monte Carlo (Neal 2011) with a fixed trajectory: `num_steps` leapfrog steps, or
-    `trajectory_length` / step size of them (Pyro's default length 2π when neither is given)."""
+    """Hamiltonian Monte Carlo (Neal 2011): `num_steps` leapfrog steps per transition whatever the adapted
+    step size, or else trajectory_length / step size of them (Pyro's default length 2π), at most max_num_steps."""
 
-    num_steps: int | None = Field(default=None, ge=1, le=10_000, description="leapfrog steps per transition")
-    trajectory_length: float | None = Field(default=None, gt=0, le=1e4, description="step size × num_steps")
+    num_steps: int | None = Field(default=None, ge=1, le=10_000,
+                                  description="fixed leapfrog steps per transition (the step size still adapts)")
+    trajectory_length: float | None = Field(default=None, gt=0, le=1e4,
+                                            description="ε × leapfrog steps, when num_steps is not given (default 2π)")
+    max_num_steps: int = Field(default=1024, ge=1, le=100_000,
+                               description="cap on trajectory_length / ε (as NUTS's max_tree_depth 10)")
 
     @model_validator(mode="after")
     def _one_length(self) -> HMCOptions:

@@ -324,13 +324,31 @@ class NUTSMethod(MCMC):
                     target_accept_prob=o.target_accept_prob, max_tree_depth=o.max_tree_depth)
 
 
+class BoundedHMC(HMC):
+    """Pyro's HMC with the number of leapfrog steps per transition fixed (`fixed_steps`) or capped
+    (`max_steps`). Pyro derives it as trajectory_length / step_size from the adapted step size, and turns a
+    `num_steps` argument into the length step_size × num_steps, so a step size adapted down 1000-fold (common
+    at a BNN's starting point) would make every transition 1000 times longer. Only this count is changed."""
+
+    def __init__(self, *args: Any, fixed_steps: int | None, max_steps: int, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.fixed_steps = fixed_steps
+        self.max_steps = max_steps
+
+    @property
+    def num_steps(self) -> int:
+        if self.fixed_steps is not None:
+            return self.fixed_steps
+        return min(self.max_steps, max(1, int(self.trajectory_length / self.step_size)))
+
+
 class HMCMethod(MCMC):
     name = "hmc"
     options: HMCOptions
 
     def make_kernel(self, potential: _Potential) -> HMC:
         o = self.options
-        return HMC(potential_fn=potential, step_size=o.step_size, num_steps=o.num_steps,
-                   trajectory_length=o.trajectory_length, adapt_step_size=o.adapt_step_size,
-                   adapt_mass_matrix=o.adapt_mass_matrix, full_mass=o.full_mass,
-                   target_accept_prob=o.target_accept_prob)
+        return BoundedHMC(potential_fn=potential, step_size=o.step_size, trajectory_length=o.trajectory_length,
+                          adapt_step_size=o.adapt_step_size, adapt_mass_matrix=o.adapt_mass_matrix,
+                          full_mass=o.full_mass, target_accept_prob=o.target_accept_prob,
+                          fixed_steps=o.num_steps, max_steps=o.max_num_steps)

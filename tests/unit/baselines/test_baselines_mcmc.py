@@ -181,3 +181,14 @@ def test_a_target_without_a_density_is_refused() -> None:
     target = {"kind": "function_posterior", "dataset": data, "prior": {"type": "piecewise_linear"}}
     with pytest.raises(errors.MethodUnsupportedForTarget):
         build_method(validate_job_spec({"method": "hmc", "target": target}))
+
+
+@pytest.mark.parametrize(("options", "per_transition"), [
+    ({"num_steps": 6, "step_size": 0.01}, 6),  # Pyro alone would make this 6 × 0.01 / ε_adapted steps
+    ({"trajectory_length": 100.0, "max_num_steps": 7}, 7),  # 100 / ε capped
+])
+def test_hmc_leapfrog_steps_are_fixed_or_capped(options: dict, per_transition: int) -> None:
+    method = build_method(validate_job_spec(job("hmc", {"warmup_steps": 30, "chains": 1, **options})))
+    evals = [method.step()["potential_evals"] for _ in range(40)]
+    assert evals[30:] == [float(per_transition)] * 10  # after warm-up: one gradient per leapfrog step
+    assert method.kernels[0].step_size != options.get("step_size", 1.0)  # the step size did adapt
