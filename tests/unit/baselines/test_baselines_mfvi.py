@@ -99,6 +99,10 @@ def test_the_sampler_is_the_diagonal_generator_and_survives_its_zip() -> None:
     assert not torch.equal(again.sample(500, 10), sampler.sample(500, 9))
     wide = sampler.sample(20000, 1)
     torch.testing.assert_close(wide.std(0), sigma, atol=0.03, rtol=0)
+    ort = pytest.importorskip("onnxruntime")
+    session = ort.InferenceSession(sampler.to_onnx_bytes(), providers=["CPUExecutionProvider"])
+    (graph,) = session.run(None, {session.get_inputs()[0].name: z.numpy()})
+    torch.testing.assert_close(torch.from_numpy(graph), sampler.sample(500, 9), rtol=1e-5, atol=1e-5)
 
 
 def test_no_sampler_above_the_dense_cap(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -135,3 +139,33 @@ def test_a_target_without_a_density_is_refused() -> None:
     job = validate_job_spec({"method": "mfvi", "target": target})  # the kind is accepted ...
     with pytest.raises(errors.MethodUnsupportedForTarget, match="log density"):
         build_method(job)  # ... but a piecewise prior has no density over parameters
+
+
+def test_the_service_serves_the_mfvi_sampler(make_client) -> None:
+    """Stored as the worker stores it, POST /v1/samplers/{id}/sample returns the sampler's own seeded draws."""
+    from app.api.auth import create_api_key
+    from app.data.db import make_engine, make_session_factory
+    from app.data.jobs import new_id
+    from app.data.models import Job
+    from app.data.samplers import store_sampler
+    from app.data.store import make_store
+
+    trained = run(gaussian_job({"init_std": 0.8}, steps=20)).method.sampler()
+    client, settings = make_client(auth_enabled=True)
+    sessions = make_session_factory(make_engine(settings.database_url))
+    with sessions() as session:
+        headers = {"Authorization": f"Bearer {create_api_key(session, 'a')}"}
+        job = Job(id=new_id("job"), tenant_id="a", status="succeeded", method="mfvi", spec={"steps": 20},
+                  spec_sha256="0" * 64, max_attempts=1)
+        session.add(job)
+        session.flush()
+        record, artifacts = store_sampler(make_store(settings.artifacts_url), trained, tenant_id="a", job_id=job.id,
+                                          method="mfvi")
+        session.add(record)
+        session.flush()
+        session.add_all(artifacts)
+        session.commit()
+        sampler_id = record.id
+    response = client.post(f"/v1/samplers/{sampler_id}/sample", json={"n": 50, "seed": 4}, headers=headers)
+    assert response.status_code == 200
+    assert torch.equal(torch.tensor(response.json()["samples"], dtype=torch.float32), trained.sample(50, 4))
