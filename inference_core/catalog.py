@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from inference_core.schemas.baselines import EnsembleOptions, HMCOptions, MFVIOptions, NUTSOptions
 from inference_core.schemas.fvi import FVIOptions
 from inference_core.schemas.generative import (
     AmortizedGFSFOptions,
@@ -149,6 +150,10 @@ TARGET_KINDS: dict[str, TargetKind] = {
 # Kinds whose parameters live in a fixed finite-dimensional space that particle methods move directly.
 # function_posterior is a posterior over functions: only the function-space methods accept it.
 WEIGHT_SPACE_KINDS = frozenset(TARGET_KINDS) - {"function_posterior"}
+# The baselines need only a log density over a finite parameter vector: a function_posterior has one with a
+# `bnn` prior (the network weights) or a `gp` prior (f at the training inputs); with a piecewise prior the
+# method refuses at build time (method_unsupported_for_target).
+BASELINE_KINDS = WEIGHT_SPACE_KINDS | {"function_posterior"}
 
 METHODS: dict[str, Method] = {
     method.name: method
@@ -291,6 +296,46 @@ METHODS: dict[str, Method] = {
             "a trained model is a function-space sampler.",
             paper="Ma & Hernández-Lobato 2021 (FVI), eqs. 10-20, Algorithm 1",
             target_kinds=frozenset({"function_posterior", "bnn"}),
+        ),
+        Method(
+            name="mfvi",
+            family="baseline",
+            schema=MFVIOptions,
+            builder="inference_core.methods.baselines.mfvi:MFVI",
+            summary="Bayes by Backprop: mean-field Gaussian q = N(μ, diag softplus(ρ)²) fitted by the "
+            "reparameterised minibatch ELBO; a sampler f(z) = μ + σ⊙z for d ≤ 4096.",
+            paper="Blundell et al. 2015, eqs. 1-4, §3.2",
+            target_kinds=BASELINE_KINDS,
+        ),
+        Method(
+            name="ensemble",
+            family="baseline",
+            schema=EnsembleOptions,
+            builder="inference_core.methods.baselines.ensemble:Ensemble",
+            summary="Deep ensemble: n independently initialised networks, each trained to its own MAP; no "
+            "interaction.",
+            paper="Lakshminarayanan et al. 2017, Algorithm 1 (without adversarial training)",
+            target_kinds=BASELINE_KINDS,
+        ),
+        Method(
+            name="nuts",
+            family="baseline",
+            schema=NUTSOptions,
+            builder="inference_core.methods.baselines.mcmc:NUTSMethod",
+            summary="Reference sampling with Pyro's NUTS (full data, adapted step size and mass matrix), "
+            "several chains; bulk ESS and split R-hat in the metrics.",
+            paper="Hoffman & Gelman 2014, Algorithm 6; Pyro (Bingham et al. 2019)",
+            target_kinds=BASELINE_KINDS,
+        ),
+        Method(
+            name="hmc",
+            family="baseline",
+            schema=HMCOptions,
+            builder="inference_core.methods.baselines.mcmc:HMCMethod",
+            summary="Reference sampling with Pyro's HMC (fixed trajectory length, adapted step size and mass "
+            "matrix), several chains; bulk ESS and split R-hat in the metrics.",
+            paper="Neal 2011 (MCMC using Hamiltonian dynamics), §5.3; Pyro (Bingham et al. 2019)",
+            target_kinds=BASELINE_KINDS,
         ),
     ]
 }
