@@ -11,7 +11,7 @@ from fastapi.openapi.utils import get_openapi
 
 from app.api.middleware import BodyLimitMiddleware, RequestIdMiddleware
 from app.api.problems import install_problem_handlers
-from app.api.routes import catalog, datasets, events, health, jobs, samplers, targets
+from app.api.routes import catalog, datasets, events, health, jobs, predict, samplers, targets
 from app.api.sampler_cache import SamplerCache
 from app.data.db import make_engine, make_session_factory
 from app.data.queue import make_celery
@@ -53,7 +53,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(BodyLimitMiddleware, limit_for=lambda path: settings.max_dataset_bytes
                        if path.rstrip("/") == "/v1/datasets" else settings.max_request_bytes)
     app.add_middleware(RequestIdMiddleware)
-    for module in (health, catalog, targets, jobs, events, datasets, samplers):
+    for module in (health, catalog, targets, jobs, events, datasets, samplers, predict):
         app.include_router(module.router)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app

@@ -1,4 +1,4 @@
-"""Pairwise kernel benchmarks (notes/pairwise_kernels.md §7). Prints ratios measured side by side in one run
+"""Pairwise kernel benchmarks (docs/implementation-notes.md, "Pairwise kernels", benchmark protocol). Prints ratios measured side by side in one run
 and writes them to docs/benchmarks.md.
 
     python benchmarks/pairwise.py            # CPU: chunked vs dense grid, n = 1e5 memory run, SVGD step vs peers
@@ -14,7 +14,7 @@ CPU sections (`## Pairwise kernels (CPU)`):
    same isotropic RBF and h = median of the full n×n squared-distance matrix / log n. A one-step SGD check
    shows the four compute the same update.
 
-GPU section (`## Pairwise kernels (GPU)`): the §7 grid — triton vs dense eager and chunked, roofline fraction
+GPU section (`## Pairwise kernels (GPU)`): the benchmark grid — triton vs dense eager and chunked, roofline fraction
 against measured peaks, peak-memory ratio, accuracy on 256 rows, median and solve, n = 1e6 where dense OOMs.
 """
 
@@ -437,19 +437,23 @@ def cpu_report(quick: bool) -> str:
 
 GPU_PENDING = (
     "GPU figures remain to be measured: this run had no GPU. `python benchmarks/pairwise.py --gpu` implements "
-    "the grid of notes §7 (triton vs dense eager and chunked, roofline fraction against measured SGEMM/TF32/"
+    "the benchmark grid of docs/implementation-notes.md (section Pairwise kernels: triton vs dense eager and chunked, roofline fraction against measured SGEMM/TF32/"
     "BF16/exp peaks, peak-memory ratio, accuracy on 256 rows, median and solve, n = 1e6 at d = 2 where dense "
     "runs out of memory) and replaces this section."
 )
 
 
 # ----------------------------------------------------------------------------------------------------------
-# GPU grid (notes §7)
+# GPU grid (docs/implementation-notes.md, "Pairwise kernels", benchmark protocol)
 # ----------------------------------------------------------------------------------------------------------
 
 
+#: Cells with more n²·d than this are skipped (the fused kernel alone takes over a minute a call there).
+MAX_GPU_CELL_WORK = 2e12
+
+
 def gpu_report(dry_run: bool) -> str:
-    """The §7 grid. `dry_run` runs the same code on CPU tensors (TRITON_INTERPRET=1) at toy sizes, to check
+    """The benchmark grid (docs/implementation-notes.md, "Pairwise kernels"). `dry_run` runs the same code on CPU tensors (TRITON_INTERPRET=1) at toy sizes, to check
     the script itself on a machine without a GPU; its numbers mean nothing."""
     from inference_core.kernels import kernel_matmul, kernel_solve, ksd2, mmd2
 
@@ -458,7 +462,7 @@ def gpu_report(dry_run: bool) -> str:
         raise SystemExit("--gpu needs CUDA")
     sync = (lambda: None) if dry_run else torch.cuda.synchronize
     ns = [64, 128] if dry_run else [1000, 10_000, 100_000]
-    ds = [2, 16] if dry_run else [2, 16, 100, 1000]
+    ds = [2, 16] if dry_run else [2, 16, 64, 100, 1000]
     precisions = ["ieee", "tf32", "bf16"]
     peaks = _measure_peaks(device, dry_run)
     lines = [
@@ -466,7 +470,7 @@ def gpu_report(dry_run: bool) -> str:
         f"Measured peaks: SGEMM {peaks['fp32'] / 1e12:.1f} TFLOP/s, TF32 {peaks['tf32'] / 1e12:.1f}, "
         f"BF16 {peaks['bf16'] / 1e12:.1f}, exp {peaks['exp'] / 1e12:.2f} T/s.",
         "",
-        "Ratios are t(other) / t(triton); roofline = bound / t(triton) with the §4 model at measured peaks; "
+        "Ratios are t(other) / t(triton); roofline = bound / t(triton) with the roofline model of docs/implementation-notes.md at measured peaks; "
         "memory = max_memory_allocated / (n·d·4 B); error = max relative error on 256 rows against float64.",
         "",
         "| n | d | precision | triton | dense eager / triton | chunked / triton | roofline | mem triton | "
@@ -480,6 +484,10 @@ def gpu_report(dry_run: bool) -> str:
             x = torch.randn(n, d, generator=g).to(device)
             s = torch.randn(n, d, generator=g).to(device)
             h = float(median_sq_dist(x, method="subsample")) / math.log(n)
+            if float(n) * n * d > MAX_GPU_CELL_WORK:
+                lines.append(f"| {n} | {d} | all | skipped: n²d = {float(n) * n * d:.0e} pair-coordinates, over a "
+                             "minute a call | | | | | | | |")
+                continue
             for prec in precisions:
                 row = _gpu_cell(x, s, h, prec, device, sync, peaks)
                 timings[(n, d, prec)] = row.get("t_triton") or float("nan")
@@ -609,13 +617,14 @@ def _gpu_cell(x, s, h, prec, device, sync, peaks) -> dict:
 def _row_error(x, s, h, prec) -> float:
     """Max relative error of the triton direction on 256 rows against a float64 reference over all j."""
     n = x.shape[0]
+    block = max(256, 2**28 // (256 * x.shape[1]))  # the [256, block, d] float64 difference stays ≤ 2 GiB
     rows = torch.arange(0, n, max(1, n // 256), device=x.device)[:256]
     phi = svgd_direction(x, s, h, backend="triton", precision=prec)[rows].double()
     x64, s64 = x.double(), s.double()
     xc = x64 - x64.mean(0, keepdim=True)
     ref = torch.zeros(len(rows), x.shape[1], dtype=torch.float64, device=x.device)
-    for start in range(0, n, 65536):
-        xj, sj = xc[start : start + 65536], s64[start : start + 65536]
+    for start in range(0, n, block):
+        xj, sj = xc[start : start + block], s64[start : start + block]
         diff2 = ((xc[rows, None, :] - xj[None, :, :]) ** 2).sum(-1)
         k = torch.exp(-diff2 / h)
         ref += k @ sj + (2 / h) * (xc[rows] * k.sum(1, keepdim=True) - k @ xj)

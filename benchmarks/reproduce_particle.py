@@ -191,7 +191,7 @@ def nuts_reference(warmup: int, draws: int, thin: int, recompute: bool, cache: b
 
 def breast_spec(method: str, n: int, m: int, steps: int, seed: int) -> dict[str, Any]:
     name = "svgd_induced_adversarial" if method.startswith("svgd_induced_adversarial") else method
-    # Kang's getModel: AdaGrad with momentum, master stepsize 0.1 (notes §3, checklist 11).
+    # Kang's getModel: AdaGrad with momentum, master stepsize 0.1 (docs/implementation-notes.md, "SVGD speed-ups (Kang)").
     options: dict[str, Any] = {"optimizer": {"name": "adagrad_momentum", "lr": 0.1, "alpha": 0.9, "eps": 1e-6}}
     if name == "svgd":  # Liu's rule: median over the full n×n matrix, diagonal included, / log(n + 1)
         options["kernel"] = {"bandwidth": {"divisor": "log_n_plus_1", "include_diagonal": True}}

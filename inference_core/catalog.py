@@ -12,7 +12,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from inference_core.schemas.baselines import EnsembleOptions, HMCOptions, MFVIOptions, NUTSOptions
 from inference_core.schemas.function_space import FPiSGLDOptions, FSVGDOptions, FWSGLDOptions
+from inference_core.schemas.fvi import FVIOptions
 from inference_core.schemas.generative import (
     AmortizedGFSFOptions,
     AmortizedKSDOptions,
@@ -152,6 +154,10 @@ WEIGHT_SPACE_KINDS = frozenset(TARGET_KINDS) - {"function_posterior"}
 # f-POVI moves network weights through their function values: BNNs, and function posteriors with a bnn
 # prior (the method refuses other priors with method_unsupported_for_target when it is built).
 NETWORK_KINDS = frozenset({"bnn", "function_posterior"})
+# The baselines need only a log density over a finite parameter vector: a function_posterior has one with a
+# `bnn` prior (the network weights) or a `gp` prior (f at the training inputs); with a piecewise prior the
+# method refuses at build time (method_unsupported_for_target).
+BASELINE_KINDS = WEIGHT_SPACE_KINDS | {"function_posterior"}
 
 METHODS: dict[str, Method] = {
     method.name: method
@@ -313,6 +319,57 @@ METHODS: dict[str, Method] = {
             "the weights.",
             paper="Wang, Ren, Zhu & Zhang 2019 (f-POVI), eq. 4, Table 1; Chen et al. 2018",
             target_kinds=NETWORK_KINDS,
+        ),
+        Method(
+            name="fvi",
+            family="function_space",
+            schema=FVIOptions,
+            builder="inference_core.methods.fvi.method:FVI",
+            summary="Functional VI with a stochastic process generator f = Σ_s a_s φ_s + ν: prior distillation "
+            "(PoE encoder), then q(h) and the noise by the grid-functional KL with Russian-roulette debiasing; "
+            "a trained model is a function-space sampler.",
+            paper="Ma & Hernández-Lobato 2021 (FVI), eqs. 10-20, Algorithm 1",
+            target_kinds=frozenset({"function_posterior", "bnn"}),
+        ),
+        Method(
+            name="mfvi",
+            family="baseline",
+            schema=MFVIOptions,
+            builder="inference_core.methods.baselines.mfvi:MFVI",
+            summary="Bayes by Backprop: mean-field Gaussian q = N(μ, diag softplus(ρ)²) fitted by the "
+            "reparameterised minibatch ELBO; a sampler f(z) = μ + σ⊙z for d ≤ 4096.",
+            paper="Blundell et al. 2015, eqs. 1-4, §3.2",
+            target_kinds=BASELINE_KINDS,
+        ),
+        Method(
+            name="ensemble",
+            family="baseline",
+            schema=EnsembleOptions,
+            builder="inference_core.methods.baselines.ensemble:Ensemble",
+            summary="Deep ensemble: n independently initialised networks, each trained to its own MAP; no "
+            "interaction.",
+            paper="Lakshminarayanan et al. 2017, Algorithm 1 (without adversarial training)",
+            target_kinds=BASELINE_KINDS,
+        ),
+        Method(
+            name="nuts",
+            family="baseline",
+            schema=NUTSOptions,
+            builder="inference_core.methods.baselines.mcmc:NUTSMethod",
+            summary="Reference sampling with Pyro's NUTS (full data, adapted step size and mass matrix), "
+            "several chains; bulk ESS and split R-hat in the metrics.",
+            paper="Hoffman & Gelman 2014, Algorithm 6; Pyro (Bingham et al. 2019)",
+            target_kinds=BASELINE_KINDS,
+        ),
+        Method(
+            name="hmc",
+            family="baseline",
+            schema=HMCOptions,
+            builder="inference_core.methods.baselines.mcmc:HMCMethod",
+            summary="Reference sampling with Pyro's HMC (fixed trajectory length, adapted step size and mass "
+            "matrix), several chains; bulk ESS and split R-hat in the metrics.",
+            paper="Neal 2011 (MCMC using Hamiltonian dynamics), §5.3; Pyro (Bingham et al. 2019)",
+            target_kinds=BASELINE_KINDS,
         ),
     ]
 }

@@ -1,6 +1,6 @@
 """Errors raised by the inference core, each with a stable machine `code`.
 
-The service maps `code` straight into problem bodies (API.md) and job `error.code`, so codes are a contract:
+The service maps `code` straight into problem bodies (docs/api.md) and job `error.code`, so codes are a contract:
 add new ones, never rename.
 """
 

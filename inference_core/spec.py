@@ -1,4 +1,4 @@
-"""JobSpec (API.md) and its validation: the one place a raw spec becomes a checked, normalised one.
+"""JobSpec (docs/api.md) and its validation: the one place a raw spec becomes a checked, normalised one.
 
 The API calls `validate_job_spec` before storing anything; workers and `inference_core.run` (training.py) call it again,
 so a spec that reaches training has passed exactly the same checks.

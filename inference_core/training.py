@@ -1,4 +1,4 @@
-"""The only training loop (DESIGN.md; exposed as `inference_core.run`, kept out of a module named `run` so
+"""The only training loop (docs/architecture.md, "Training loop"; exposed as `inference_core.run`, kept out of a module named `run` so
 the submodule never shadows that function): spec → target + method → steps, with hooks for the service.
 
 `run(spec)` works in a notebook with no hooks at all. The worker passes `RunHooks` to report progress and
@@ -19,6 +19,7 @@ from inference_core import errors
 from inference_core.catalog import METHODS, resolve
 from inference_core.methods.base import DTYPES, Method
 from inference_core.metrics.evaluation import Evaluator
+from inference_core.metrics.heldout import heldout_metrics
 from inference_core.spec import EvalSpec, JobSpec, Limits, validate_job_spec
 from inference_core.targets import BuildContext, build_target
 
@@ -75,6 +76,8 @@ def build_method(spec: JobSpec, context: BuildContext | None = None) -> Method:
 
 def check_target_finite(method: Method) -> None:
     """Evaluate log p and its score at the initial particles; non-finite values fail the job at once."""
+    if not method.particles_in_target_space:
+        return
     x = method.particles()
     batch = method.target.sample_batch(torch.Generator().manual_seed(0))
     log_p = method.target.log_prob(x, batch)
@@ -91,7 +94,10 @@ def check_target_finite(method: Method) -> None:
 def evaluate(method: Method, spec: EvalSpec | None = None, evaluator: Evaluator | None = None) -> dict[str, float]:
     """Diagnostics of the particles (inference_core.metrics.evaluation): moment errors against the target's
     exact reference where it has one, IMQ KSD², and MMD² to cached exact reference draws where it has a
-    sampler. Pass the run's `evaluator` to reuse its cached reference draws."""
+    sampler. Pass the run's `evaluator` to reuse its cached reference draws. Methods whose particles are not
+    in the target's parameter space report their own `fit_metrics()`."""
+    if not method.particles_in_target_space:
+        return method.fit_metrics()
     return (evaluator or Evaluator(spec))(method)
 
 
@@ -128,5 +134,8 @@ def run(
             hooks.on_metrics(step, metrics)
         if step % job.checkpoint_interval == 0 and step < job.steps:
             hooks.save_checkpoint(step, method.state_dict())
-    final = evaluate(method, evaluator=evaluator) if stopped is None else {}
+    final: dict[str, float] = {}
+    if stopped is None:
+        # Held-out metrics (test RMSE/LL, accuracy/NLL) when the data has a test part; see metrics.heldout.
+        final = {**evaluate(method, evaluator=evaluator), **heldout_metrics(method)}
     return RunResult(method, method.step_count, stopped, final, time.perf_counter() - started)

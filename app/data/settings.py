@@ -39,11 +39,13 @@ class Settings(BaseSettings):
     max_dataset_cols: int = 10_000
     max_validate_points: int = 1000
     max_sample_n: int = 100_000
+    max_sample_values: int = 10_000_000  # n·len(x) per /sample call of a function-space sampler
+    max_predict_values: int = 2_000_000  # posterior draws × inputs of one /predict request
     sampler_cache_size: int = 16
     max_page_size: int = 1000
     default_page_size: int = 50
 
-    # Job lifecycle (DESIGN.md "Job lifecycle"; notes/service_conventions.md §3).
+    # Job lifecycle (docs/architecture.md, "Job lifecycle"; docs/implementation-notes.md, "Celery for long jobs").
     max_attempts: int = 3
     lease_seconds: float = 30.0
     heartbeat_seconds: float = 2.0

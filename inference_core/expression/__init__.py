@@ -1,4 +1,4 @@
-"""The safe expression language for user log-densities (issue #4; DESIGN.md, "inference_core inside").
+"""The safe expression language for user log-densities (issue #4; docs/architecture.md, "Targets").
 
 `parser` (torch-free) turns a source string into checked, immutable IR; `compiler` (torch) turns the IR into
 a closure of torch ops. Nothing is ever passed to `eval`/`exec`/`compile`. Only the torch-free parts are

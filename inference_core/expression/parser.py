@@ -3,8 +3,8 @@
 The source is parsed with Python's own parser (`ast.parse(..., mode="eval")`) and the resulting tree is
 walked against an allow-list: anything not explicitly handled below is rejected with a `ValueError` that
 names the construct and its position. Nothing is ever evaluated by Python: the IR is compiled to torch
-ops by `compiler.py`. Why an allow-list and no sanitising: see notes/service_conventions.md, "Security
-conventions" (numexpr CVE-2023-39631, the asteval escape, sympify's eval).
+ops by `compiler.py`. Why an allow-list and no sanitising: see docs/implementation-notes.md,
+"Safe expressions" (numexpr CVE-2023-39631, the asteval escape, sympify's eval).
 
 Defences, in order:
 1. type and length checks on the raw string before the parser sees it (`MAX_SOURCE_LENGTH`, ASCII only);

@@ -3,7 +3,7 @@
 Kernels are passed in the place of a bandwidth: `h` (float or 0-dim tensor) means RBF exp(-r²/h);
 `IMQ(c, beta, h)` is the inverse multiquadric. Every primitive takes `backend="auto"|"dense"|"chunked"|
 "triton"|"keops"` and `precision="ieee"|"tf32"|"bf16"`; see `dispatch` for the selection rules and
-notes/pairwise_kernels.md (shared notes) for the design.
+docs/implementation-notes.md ("Pairwise kernels", "Median heuristic") for the design.
 
     h = median_heuristic(x)                     # or bandwidth_rule_from_options(opts)(x)
     phi = svgd_direction(x, score, h)           # ascent direction: x <- x + eps * phi

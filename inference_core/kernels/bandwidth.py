@@ -1,5 +1,5 @@
 """Bandwidth rules for k(x, y) = exp(-||x - y||² / h): the median heuristic at scale, fixed, scaled, running
-average (notes §3). Each rule is a small callable object (as NumPyro's injected bandwidth): `rule(X) -> h`,
+average (docs/implementation-notes.md, "Median heuristic"). Each rule is a small callable object (as NumPyro's injected bandwidth): `rule(X) -> h`,
 a detached 0-dim tensor in X's dtype and device, plus `state_dict()`/`load_state_dict()` for checkpoints.
 
 Median convention (numpy's): the median of an even count is the mean of the two middle order statistics.
@@ -117,11 +117,43 @@ def median_sq_dist(
         return _select_median(dist, k * (k - 1))
 
 
-def bandwidth_from_median(median: float, divisor: str, n: int, like: Tensor) -> Tensor:
-    """h = median / divisor(n), or 1 when the median is 0 (all particles equal) or n = 1."""
+def bandwidth_value(median: float, divisor: str, n: int) -> float:
+    """THE median rule of every method: h = median / divisor(n), or 1 when the median is 0 (all points
+    equal), not finite, or the divisor is 0 (n = 1 with `log_n`). A Python float (float64 arithmetic)."""
     div = divisor_value(divisor, n)
-    h = median / div if (median > 0 and div > 0) else 1.0
-    return torch.tensor(h, dtype=like.dtype, device=like.device)
+    return median / div if (median > 0 and div > 0 and math.isfinite(median)) else 1.0
+
+
+def bandwidth_from_median(median: float, divisor: str, n: int, like: Tensor) -> Tensor:
+    """`bandwidth_value` as a detached 0-dim tensor in `like`'s dtype and device."""
+    return torch.tensor(bandwidth_value(median, divisor, n), dtype=like.dtype, device=like.device)
+
+
+def median_value(values: Tensor) -> float:
+    """Median of all entries of `values` (numpy's convention: the mean of the two middle order statistics of
+    an even count), by O(N) selection; `values` is left unchanged. NaN for an empty tensor."""
+    if values.numel() == 0:
+        return float("nan")
+    return _select_median(values.detach().reshape(-1).clone(), values.numel())
+
+
+#: `distance_median` takes the median over the leading block of this many rows and columns beyond it.
+DISTANCE_MEDIAN_MAX_SIDE = 2048
+
+
+def distance_median(sq: Tensor, *, distinct_pairs: bool = False) -> float:
+    """Median of a matrix of squared distances the caller already has: all entries of a cross-distance
+    matrix [n, m] (two batches), or with `distinct_pairs` the i < j entries of one batch's square matrix.
+    Above 2048² entries, over its leading 2048 × 2048 block (the generative methods' batches are i.i.d.
+    draws, so the leading rows are a random subset). NaN when there are no entries."""
+    values = sq.detach()
+    if values.shape[0] * values.shape[1] > DISTANCE_MEDIAN_MAX_SIDE**2:
+        values = values[:DISTANCE_MEDIAN_MAX_SIDE, :DISTANCE_MEDIAN_MAX_SIDE]
+    if not distinct_pairs:
+        return median_value(values)
+    rows, cols = torch.triu_indices(values.shape[0], values.shape[1], offset=1, device=values.device)
+    flat = values[rows, cols]  # a gather: a fresh tensor, selected in place
+    return _select_median(flat, flat.numel()) if flat.numel() else float("nan")
 
 
 def median_heuristic(

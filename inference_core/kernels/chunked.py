@@ -169,7 +169,7 @@ def stein_sums(
 ) -> Tensor:
     """Σ_j [k_ij s_j + g_ij (x_i - x_j)] per row (only the repulsive sum when score is None).
 
-    RBF: one GEMM K·[S, X, 1] and the epilogue (2/h)(x_i (K1)_i - (KX)_i) (notes: the one-matmul form).
+    RBF: one GEMM K·[S, X, 1] and the epilogue (2/h)(x_i (K1)_i - (KX)_i) (docs/implementation-notes.md, "Pairwise kernels").
     The epilogue subtracts two sums, but of centred points, so their ratio to the result is bounded by
     ||x̃_i|| / bandwidth rather than by the offset of the cloud (checked by the offset test).
     Other kernels: K·S and G·[X, 1] with G = -2 f'(D).

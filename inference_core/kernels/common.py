@@ -67,7 +67,7 @@ def centre(x: Tensor, y: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
     """Subtract the mean of the particles (of the union when y is given).
 
     Distances are translation invariant, so this changes nothing mathematically, but it removes the
-    cancellation of ||x||² + ||y||² - 2x·y for clouds far from the origin (notes §2: at offset 1e3 the
+    cancellation of ||x||² + ||y||² - 2x·y for clouds far from the origin (docs/implementation-notes.md, "Pairwise kernels": at offset 1e3 the
     raw Gram form errs by 130× the largest distance). The mean is detached: its gradient contribution is
     exactly zero by translation invariance.
     """
@@ -128,7 +128,7 @@ def block_target(device: torch.device) -> int | None:
 def matmul_precision(device: torch.device, precision: str) -> Iterator[None]:
     """Set TF32 for torch matmuls on CUDA from `precision` alone, restoring the global flag afterwards.
 
-    Global TF32 flags must never leak into kernel sums silently (notes §6). CPUs have no TF32 units, so
+    Global TF32 flags must never leak into kernel sums silently (docs/implementation-notes.md, "Pairwise kernels", precision). CPUs have no TF32 units, so
     nothing is touched there.
     """
     if device.type != "cuda":

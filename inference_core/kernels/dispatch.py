@@ -13,13 +13,15 @@ Backends:
   float32 only. Runs on CPU tensors under TRITON_INTERPRET=1 (tests).
 * `keops`: accepted only when pykeops is importable (not bundled); otherwise ValueError.
 * `auto`: $PARVIS_PAIRWISE_BACKEND if set (and able to serve the call), else `triton` on CUDA for float32
-  without autograd when d ≤ 64 (`ieee`) or d ≤ 256 (`tf32`/`bf16`) — the crossovers of notes §4 above which
-  chunked cuBLAS is within ~1.3× of the bound — and n·d < 2^31 (the fused kernels index in int32); else
+  without autograd when d ≤ 16 (every precision: the crossover measured on an H100, docs/benchmarks.md;
+  the cost model had predicted 64/256, but the kernel reaches at most a quarter of its roofline bound)
+  and n·d < 2^31 (the fused kernels index in int32); else
   `chunked`. On CPU always `chunked`, where n sets the block size (one cache-sized block for n ≲ 700 at the
   default budget). `dense` and `keops` are never chosen by `auto`.
 
 `precision` = `ieee` | `tf32` | `bf16` selects the arithmetic of the kernel-times-matrix product only;
-distances are always computed in full float32 (TF32 error in x·y would feed the cancellation of §2).
+distances are always computed in full float32 (TF32 error in x·y would feed the cancellation described in
+docs/implementation-notes.md, "Pairwise kernels").
 It is explicit: global TF32 flags are overridden for the duration of the call and restored.
 """
 
@@ -46,8 +48,10 @@ from inference_core.kernels.functions import IMQ, Kernel, KernelLike, as_kernel
 
 BACKENDS: tuple[str, ...] = ("auto", "dense", "chunked", "triton", "keops")
 BACKEND_ENV = "PARVIS_PAIRWISE_BACKEND"
-#: Largest d for which `auto` prefers the fused kernel on CUDA, by precision (notes §4, consequence 3).
-TRITON_MAX_D = {"ieee": 64, "tf32": 256, "bf16": 256}
+#: Largest d for which `auto` prefers the fused kernel on CUDA, by precision: measured on an H100
+#: (docs/benchmarks.md, "Pairwise kernels (GPU)"): at d ≤ 16 the kernel is 1.0-2.7× chunked cuBLAS for
+#: n ≥ 10⁴; at d = 64 chunked is already as fast or faster in ieee/tf32, and 3-50× faster at d ≥ 100.
+TRITON_MAX_D = {"ieee": 16, "tf32": 16, "bf16": 16}
 #: The fused kernels compute offsets in int32: operands must hold fewer elements than this.
 TRITON_MAX_ELEMENTS = 2**31
 
@@ -221,7 +225,7 @@ def svgd_direction(
 
     The empirical form of SVGD's optimal perturbation (Liu & Wang 2016; GPVI eq. 13), an ASCENT direction:
     particles move x ← x + ε φ. For the RBF kernel ∇_{x_j} k(x_j, x_i) = (2/h) k_ij (x_i - x_j), so the sum
-    is one kernel pass K·[S, X, 1] plus an O(nd) epilogue (notes, "one-matmul form").
+    is one kernel pass K·[S, X, 1] plus an O(nd) epilogue (docs/implementation-notes.md, "Pairwise kernels", one-matmul form).
     `score` is ∇log p at each particle, [n, d].
     """
     if score is None:

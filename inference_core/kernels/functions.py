@@ -8,7 +8,7 @@ in r² are needed by the primitives:
   ∇_{x_j} k(x_j, x_i) = g_ij (x_i - x_j);
 * tr ∇_x ∇_y k(x, y) = -4 f''(r²) r² - 2 d f'(r²) (used by the Stein kernel of `ksd2`).
 
-Convention (DESIGN.md): h is the divisor in exp(-r²/h), NOT the 2h² of Liu & Wang's code, and GPVI's
+Convention (docs/architecture.md, "Kernels"): h is the divisor in exp(-r²/h), NOT the 2h² of Liu & Wang's code, and GPVI's
 RBF carries the minus sign its paper drops.
 """
 

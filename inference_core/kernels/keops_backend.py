@@ -1,6 +1,6 @@
 """`keops` backend (optional): symbolic LazyTensor reductions from pykeops, used only when it is importable.
 
-KeOps compiles one kernel per (formula, d, dtype) on first use (8-14 s on a 2-core CPU, notes §1) and its
+KeOps compiles one kernel per (formula, d, dtype) on first use (8-14 s on a 2-core CPU, docs/implementation-notes.md, "Pairwise kernels") and its
 CPU backend is slower than torch; it is an anchor for benchmarks and a fallback, never chosen by `auto`.
 Pairs are formed as direct differences inside the generated kernel, so the repulsion is accumulated as
 Σ_j g_ij (x_i - x_j) per pair. Differentiable through KeOps' own autograd.

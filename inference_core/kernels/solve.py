@@ -1,4 +1,4 @@
-"""kernel_solve: (K + εI)⁻¹ B for the Gram matrix K = K(X, X) (GFSF / Blob, notes §5).
+"""kernel_solve: (K + εI)⁻¹ B for the Gram matrix K = K(X, X) (GFSF / Blob; docs/implementation-notes.md, "Pairwise kernels", GFSF solve).
 
 * `cholesky` (default up to `cholesky_max_n` = 8192 particles): the Gram matrix in float64, then
   `torch.linalg.cholesky` + `cholesky_solve`. Never an fp32 inverse: with ε ~ 1e-5 the condition number can

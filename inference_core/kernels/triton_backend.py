@@ -1,6 +1,6 @@
 """`triton` backend: one fused flash-style kernel per primitive; the n×m kernel matrix is never stored.
 
-Structure (notes §2, the FlashAttention template): a program owns BM rows of X and BP output columns; it
+Structure (docs/implementation-notes.md, "Pairwise kernels": the FlashAttention template): a program owns BM rows of X and BP output columns; it
 walks over BN-row tiles of Y, forms the tile of squared distances from float32 dots (`input_precision=
 "ieee"`, over BK-wide chunks of the features) of the centred points, applies the kernel in registers, and
 accumulates kernel-tile × right-hand-side-tile. 0 < k ≤ 1 needs no running max. The precision of that

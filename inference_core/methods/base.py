@@ -1,6 +1,18 @@
-"""The one method interface (DESIGN.md, "methods/"): build from (target, options, seed), `step()` returning
-metrics, `state_dict()`/`load_state_dict()` for checkpoints, `particles()`, and `sampler()` for generative
-methods. Nothing lives on `self` that `state_dict` does not hold, so a resumed run continues bit-identically.
+"""The one method interface (docs/architecture.md, "Methods"): build from (target, options, seed), `step()`
+returning metrics, `state_dict()`/`load_state_dict()` for checkpoints, `particles()`, `sampler()` for
+generative methods, and `pullback(points, direction)`, the hook that turns a particle-space direction into a
+parameter update. Nothing lives on `self` that `state_dict` does not hold, so a resumed run continues
+bit-identically.
+
+Every method computes an ascent direction φ [n, d] in particle space (`methods.directions`) at points the
+method's parameters produce, then `pullback` moves the parameters so that the points follow φ:
+
+* particle methods: the points ARE the parameters (x); the update is the surrogate-loss step whose gradient
+  is −φ (x.grad = −φ, then the optimiser), so plain SGD moves x ← x + lr·φ;
+* generative methods: the points are x_i = f_θ(z_i); the update descends −(1/n) Σ_i φ_i·f_θ(z_i), whose
+  θ-gradient is −(1/n) Σ_i (∂f_θ(z_i)/∂θ)ᵀ φ_i (GPVI eq. 4 / eq. 14), i.e. φ pulled back through f_θ;
+* function-space methods (f-POVI, Wang et al. 2019, eq. 4): the points are a network's function values
+  f(X_measure; θ_i) at measurement points; the direction is pulled back through that network the same way.
 """
 
 from __future__ import annotations
@@ -26,6 +38,9 @@ class Method:
     """Base of every inference method."""
 
     name = "method"
+    #: False when particles() are not points of the target's parameter space (FVI's function draws): the run
+    #: loop then skips the target-density checks and evaluates with the method's own `fit_metrics()`.
+    particles_in_target_space = True
 
     def __init__(self, target: Target, options: Any, num_particles: int, seed: int, device: torch.device):
         self.target = target
@@ -40,6 +55,16 @@ class Method:
         return DTYPES[getattr(self.options, "dtype", "float32")]
 
     def step(self) -> dict[str, float]:
+        raise NotImplementedError
+
+    def pullback(self, points: Tensor, direction: Tensor) -> None:
+        """One parameter update that moves `points` along the ascent `direction` (same shape, no graph).
+
+        `points` must be what the method's parameters produce in this step, with its graph to them where
+        there is one (the particles themselves, a generator's batch f_θ(z), a network's function values at
+        the measurement points); `direction` is computed without a graph (`methods.directions`). Raises
+        `errors.Diverged` when the direction is not finite. See the module docstring for each family.
+        """
         raise NotImplementedError
 
     def particles(self) -> Tensor:
@@ -77,9 +102,16 @@ def initial_particles(target: Target, init: InitOptions, n: int, seed: int) -> T
     return loc + init.scale * per_particle_normal(seed, n, target.dim, torch.float64)
 
 
+def check_direction(direction: Tensor, step: int) -> None:
+    """`errors.Diverged` unless every entry of the direction is finite (`step` is the step being taken)."""
+    if not bool(torch.isfinite(direction).all()):
+        raise errors.Diverged(f"the update direction became non-finite at step {step}")
+
+
 class ParticleMethod(Method):
     """A set of n particles moved along a direction φ computed without a graph and applied by a torch
-    optimiser (the surrogate-loss pattern: the gradient of −Σ φ.detach()·x is −φ, written straight to .grad).
+    optimiser through `pullback` (the surrogate-loss pattern: the gradient of −Σ φ.detach()·x is −φ, written
+    straight to .grad).
 
     Subclasses implement `direction(x, batch) -> (φ, info)` where φ is an ascent direction [n, d].
     """
@@ -104,14 +136,18 @@ class ParticleMethod(Method):
         batch = self.target.sample_batch(self.generator)
         with torch.no_grad():
             phi, info = self.direction(self.x.detach(), batch)
-        if not torch.isfinite(phi).all():
-            raise errors.Diverged(f"the update direction became non-finite at step {self.step_count + 1}")
-        self.optimizer.zero_grad(set_to_none=False)
-        self.x.grad = -phi
-        self.optimizer.step()
+        self.pullback(self.x, phi)
         self.step_count += 1
         force = float(phi.square().sum(-1).mean().sqrt())
         return {"step_time_s": time.perf_counter() - started, "stein_force_norm": force, **info}
+
+    def pullback(self, points: Tensor, direction: Tensor) -> None:
+        """The identity pull-back: `points` are the particles (the optimised leaf `self.x`), their gradient is
+        set to −φ and the optimiser steps (SGD: x ← x + lr·φ)."""
+        check_direction(direction, self.step_count + 1)
+        self.optimizer.zero_grad(set_to_none=False)
+        points.grad = -direction
+        self.optimizer.step()
 
     def particles(self) -> Tensor:
         return self.x.detach()

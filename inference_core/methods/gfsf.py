@@ -1,6 +1,6 @@
 """GFSF: the Wasserstein gradient flow with the "smoothed function" score estimate (Liu et al. 2019,
 "Understanding and accelerating particle-based variational inference", §3.3; GPVI paper §2 / ALF
-`ParVIAlgorithm._gfsf_grad`).
+`ParVIAlgorithm._gfsf_grad`). The direction is `methods.directions.gfsf_direction` (re-exported here).
 
 The score of the particle distribution is estimated as
 
@@ -20,27 +20,12 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from inference_core.kernels import Kernel, kernel_grad_sum, kernel_solve
 from inference_core.methods.base import KernelParticleMethod
+from inference_core.methods.directions import gfsf_direction
 from inference_core.schemas.methods import GFSFOptions
 from inference_core.targets.base import Target
 
-
-def gfsf_direction(
-    x: Tensor,
-    score: Tensor,
-    kernel: Kernel,
-    eps: float,
-    *,
-    solve_method: str = "auto",
-    backend: str = "auto",
-    precision: str = "ieee",
-) -> tuple[Tensor, float]:
-    """φ = ∇log p + (K + εI)⁻¹ Σ_j ∇_{x_j} k(x_j, ·) (see the module docstring); returns (φ, solve residual)."""
-    repulsion = kernel_grad_sum(x, kernel, backend=backend, precision=precision)
-    solved, info = kernel_solve(x, repulsion, kernel, eps, method=solve_method, backend=backend,
-                                precision=precision, return_info=True)
-    return score + solved, info.residual
+__all__ = ["GFSF", "gfsf_direction"]
 
 
 class GFSF(KernelParticleMethod):

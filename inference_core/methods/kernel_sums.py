@@ -1,5 +1,6 @@
 """Kernel sums shared by the particle methods that `inference_core.kernels` has no primitive for: weighted
-and cross (X ≠ Y) Stein sums, the dense Stein-kernel matrix, the cross-distance median.
+and cross (X ≠ Y) Stein sums, the dense Stein-kernel matrix, cross distances and their median, and
+the cross kernel product that reuses a distance matrix already formed.
 
 Everything here is built on `kernel_matmul`, so the O(nm) sums stay memory-bounded and use the chunked
 (CPU) or fused (CUDA) backend. Notation: k(x, y) = f(||x − y||²), g = −2 f'(r²) ≥ 0, so that
@@ -8,14 +9,11 @@ Everything here is built on `kernel_matmul`, so the O(nm) sums stay memory-bound
 
 from __future__ import annotations
 
-import math
-
-import numpy as np
 import torch
 from torch import Tensor
 
-from inference_core.kernels import IMQ, RBF, Kernel, kernel_matmul
-from inference_core.kernels.bandwidth import divisor_value
+from inference_core.kernels import IMQ, RBF, Kernel, KernelLike, as_kernel, kernel_matmul
+from inference_core.kernels.bandwidth import bandwidth_from_median, distance_median
 from inference_core.kernels.common import centre
 
 
@@ -108,14 +106,26 @@ def cross_sq_dists(x: Tensor, y: Tensor) -> Tensor:
 
 def cross_median_bandwidth(x: Tensor, y: Tensor, divisor: str = "log_n_plus_1") -> Tensor:
     """h = median_ij ||x_i − y_j||² / divisor(n) over the n×m cross distances (Kang's code: the median of
-    pdist2(x, y), log(n + 1) with the full n; numpy's median, mean of the two middle values); h = 1 if the
-    median is 0. A detached 0-dim tensor in x's dtype.
+    pdist2(x, y), log(n + 1) with the full n; numpy's median convention), by the one median rule
+    (`kernels.bandwidth.bandwidth_value`: h = 1 if the median is 0). A detached 0-dim tensor in x's dtype.
 
     The paper writes exp(−d²/2h̃²) with h̃² = 0.5·med/log(n+1), which is exp(−d²/h) with this h = 2h̃².
     """
     with torch.no_grad():
-        sq = cross_sq_dists(x.detach(), y.detach())
-        med = float(np.median(sq.to(torch.float64).cpu().numpy()))
-    div = divisor_value(divisor, x.shape[0])
-    h = med / div if (med > 0 and div > 0 and math.isfinite(med)) else 1.0
-    return torch.tensor(h, dtype=x.dtype, device=x.device)
+        med = distance_median(cross_sq_dists(x.detach(), y.detach()))
+    return bandwidth_from_median(med, divisor, x.shape[0], x)
+
+
+#: Up to this many pairs `cross_kernel_matmul` reuses a distance matrix the caller already formed (for its
+#: bandwidth); beyond, it goes through kernels.kernel_matmul (memory-bounded chunks).
+DENSE_MAX_PAIRS = 2**22
+
+
+def cross_kernel_matmul(x: Tensor, y: Tensor, V: Tensor, kernel: KernelLike, sq: Tensor | None = None, *,
+                        backend: str = "auto", precision: str = "ieee") -> Tensor:
+    """Σ_j k(x_i, y_j) V_j, [n, p]: from `sq` [m, n] (the squared distances ||y_j − x_i||² of the bandwidth
+    rule) when given and small enough, else by `kernels.kernel_matmul`."""
+    kernel = as_kernel(kernel)
+    if sq is not None and sq.numel() <= DENSE_MAX_PAIRS:
+        return kernel.f(sq).T @ V
+    return kernel_matmul(x, y, V, kernel, backend=backend, precision=precision)

@@ -3,7 +3,8 @@
     φ_pi-SGLD = (φ_w-SGLD-B + φ_SVGD) / 2
 
 literally, with one kernel and one bandwidth, so the two terms keep their own scales: w-SGLD-B has no 1/n,
-SVGD carries its 1/n (notes §1, checklist item 8). Deterministic, no injected noise.
+SVGD carries its 1/n (docs/implementation-notes.md, "w-SGLD-B and pi-SGLD"). Deterministic, no injected
+noise. The direction is `methods.directions.pisgld_direction` (re-exported here).
 """
 
 from __future__ import annotations
@@ -11,19 +12,12 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from inference_core.kernels import Kernel, svgd_direction
 from inference_core.methods.base import KernelParticleMethod
-from inference_core.methods.wsgld import wsgld_direction
+from inference_core.methods.directions import pisgld_direction
 from inference_core.schemas.methods import PiSGLDOptions
 from inference_core.targets.base import Target
 
-
-def pisgld_direction(
-    x: Tensor, score: Tensor, kernel: Kernel, *, backend: str = "auto", precision: str = "ieee"
-) -> Tensor:
-    """(w-SGLD-B + SVGD) / 2 (see the module docstring)."""
-    kw = {"backend": backend, "precision": precision}
-    return 0.5 * (wsgld_direction(x, score, kernel, **kw) + svgd_direction(x, score, kernel, **kw))
+__all__ = ["PiSGLD", "pisgld_direction"]
 
 
 class PiSGLD(KernelParticleMethod):

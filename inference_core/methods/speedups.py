@@ -1,9 +1,10 @@
 """The linear-time SVGD variants of Kang, "Speedup Methods for Stein Variational Gradient Descent" (Dartmouth
-thesis; MATLAB/Python code `MinHyung-Kang/Thesis`, notes §3): random subset (Alg. 2), random subset with
+thesis; MATLAB/Python code `MinHyung-Kang/Thesis`; docs/implementation-notes.md,
+"SVGD speed-ups (Kang)"): random subset (Alg. 2), random subset with
 control-functional weights (Alg. 3), random induced points (Alg. 4, eq. 13) and adversarial induced points
 (Alg. 5, eqs. 14-18).
 
-Shared conventions (notes §3, checklist 1-3):
+Shared conventions (same section: bandwidth and subsets):
 * kernel exp(−r²/h) (or IMQ) with h = median of the n×m cross distances between all particles and the m
   subset/induced points, divided by log(n + 1) with the full n (`SpeedupBandwidthOptions`);
 * the subset (or the induced points) is redrawn each step from `self.generator`, uniformly without
@@ -31,6 +32,7 @@ from inference_core.methods.kernel_sums import (
     stein_kernel_matrix,
     weighted_cross_stein_sums,
 )
+from inference_core.methods.optim import adagrad_momentum_ascent
 from inference_core.schemas.methods import (
     InducedAdversarialOptions,
     InducedOptions,
@@ -69,7 +71,7 @@ def control_functional_weights(
     k0: Tensor, *, lambda_min: float = 1e-8, max_condition: float = 1e11
 ) -> tuple[Tensor, float]:
     """Control-functional weights of m points from their Stein-kernel matrix K₀ (Kang Alg. 3 / eq. 12,
-    Oates et al. 2017's simplified estimator, notes §3 checklist 4), computed in float64:
+    Oates et al. 2017's simplified estimator; docs/implementation-notes.md, "SVGD speed-ups (Kang)"), computed in float64:
 
         λ = the smallest λ_min·10^k (k = 0, 1, ...) with cond₂(K₀ + λI) < max_condition,
         a = (K₀ + λ m I)⁻¹ 1,   v = aᵀ / (1 + 1ᵀa),   w = v / Σ_j v_j   (may be negative).
@@ -150,15 +152,6 @@ def induced_points_repulsion(y: Tensor, kernel: Kernel, strength: float) -> Tens
     yc, _ = centre(y)
     sq = ((yc.unsqueeze(1) - yc.unsqueeze(0)) ** 2).sum(-1)
     return -(strength / (2.0 * m)) * kernel.f(sq).sum()
-
-
-def adagrad_momentum_ascent(
-    param: Tensor, grad: Tensor, history: Tensor | None, lr: float, alpha: float, eps: float
-) -> tuple[Tensor, Tensor]:
-    """One ASCENT step of the AdaGrad-with-momentum rule of Kang's and Liu's code: hist = g² on the first
-    step, then α·hist + (1 − α)·g²; param + lr·g/(eps + √hist). Returns (param, hist)."""
-    history = grad * grad if history is None else alpha * history + (1.0 - alpha) * grad * grad
-    return param + lr * grad / (eps + history.sqrt()), history
 
 
 # ------------------------------------------------------------------------------------------- methods
@@ -256,13 +249,14 @@ class InducedSVGD(_SpeedupMethod):
 
 
 class InducedAdversarialSVGD(_SpeedupMethod):
-    """Adversarial induced-points SVGD (Kang Alg. 5; `svgd_singleIteration.m`, notes §3 checklist 6-10).
+    """Adversarial induced-points SVGD (Kang Alg. 5; `svgd_singleIteration.m`; docs/implementation-notes.md,
+    "SVGD speed-ups (Kang)").
 
     Each step, with the scores of this step's minibatch (the one the particle update then uses):
     1. Y = m particles drawn uniformly WITH replacement; h = the bandwidth rule (cross median) at (X, Y);
     2. `ascent_steps` times: Y ← Y + AdaGrad(∇_Y [U + repulsion]) then log h ← log h + AdaGrad(∂U/∂log h),
        U = `induced_ksd` (U- or V-statistic), the gradients by autograd (the reference code's hand-written
-       h-gradient is wrong, notes §3); h is optimised as log h so it stays > 0; with `batched`, U is taken
+       h-gradient is wrong, same section); h is optimised as log h so it stays > 0; with `batched`, U is taken
        over a fresh random subset of `batch_size` particles (with replacement) at every ascent step;
     3. the particles move along the induced direction (eq. 13) with that Y and h.
     Y and log h have their own AdaGrad-with-momentum histories, kept across steps (and in the checkpoint).

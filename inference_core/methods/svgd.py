@@ -2,7 +2,7 @@
 
 φ(x_i) = (1/n) Σ_j [k(x_j, x_i) ∇log p(x_j) + ∇_{x_j} k(x_j, x_i)]   (SVGD eq. 8; GPVI paper eq. 13)
 with the kernel of `options.kernel` (RBF exp(−||x − y||²/h) by default, or IMQ) and h from its bandwidth rule
-(median heuristic by default). One `svgd_direction` pass, O(n²) pairs.
+(median heuristic by default). One `svgd_direction` pass (methods.directions), O(n²) pairs.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from inference_core.kernels import svgd_direction
 from inference_core.methods.base import KernelParticleMethod
+from inference_core.methods.directions import svgd_direction
 from inference_core.schemas.methods import SVGDOptions
 from inference_core.targets.base import Target
 

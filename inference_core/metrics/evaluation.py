@@ -6,7 +6,9 @@
   (`"median"`: median of distinct squared distances / log n), with full-data scores;
 * `mmd2_reference` (+ `mmd_bandwidth`): MMD² (V-statistic, RBF, median bandwidth of the union) between the
   particles and `mmd_reference_samples` exact draws of the target's reference sampler, drawn once per run
-  with a fixed seed (`reference_seed`) and cached by the `Evaluator`.
+  with a fixed seed (`reference_seed`) and cached by the `Evaluator`;
+* whatever the method reports of itself through an optional `diagnostics() -> dict` (the MCMC baselines: ESS
+  and R-hat of their chains), so a job's final metrics carry them.
 
 The O(n²) diagnostics use at most `max_particles` particles: the first ones of a fixed permutation seeded by
 `reference_seed` (an unbiased subsample). Non-finite values are left out. Nothing here touches the method's
@@ -89,4 +91,7 @@ class Evaluator:
             value, bandwidth = mmd2_rbf(sub, draws.to(device=sub.device, dtype=sub.dtype))
             metrics["mmd2_reference"] = value
             metrics["mmd_bandwidth"] = bandwidth
+        own = getattr(method, "diagnostics", None)
+        if callable(own):
+            metrics.update(own())
         return {key: value for key, value in metrics.items() if math.isfinite(value)}

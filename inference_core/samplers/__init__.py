@@ -1,4 +1,4 @@
-"""Samplers: trained generators as standalone objects (DESIGN.md, "samplers/").
+"""Samplers: trained generators as standalone objects (docs/architecture.md, "Networks and samplers").
 
     sampler = method.sampler()                    # a generative method's current generator
     x = sampler.sample(1000, seed=7)              # [1000, d] float32, bit-identical for the same (n, seed)
@@ -13,6 +13,9 @@ Reproducing draws with onnxruntime:
     z = sampler.sample_noise(n, seed).numpy()     # = torch.randn((n, noise_dim), generator=
                                                   #   torch.Generator("cpu").manual_seed(seed), dtype=float32)
     x = session.run(["samples"], {"z": z})[0]     # ≈ sampler.sample(n, seed) (float32 rounding)
+
+Function-space samplers (FVI's stochastic process generators, `SPGSampler`, generator kind "spg") draw
+functions: `sampler.sample(n, seed, x)` with inputs x [m, p] in original units returns [n, m] (samplers.spg).
 """
 
 from inference_core.samplers.config import FORMAT, FORMAT_VERSION, NOISE_DRAW, SamplerConfig, validate_config
@@ -20,6 +23,7 @@ from inference_core.samplers.generator import ACTIVATIONS, GeneratorNetwork, gen
 from inference_core.samplers.onnx_export import INPUT_NAME as ONNX_INPUT_NAME
 from inference_core.samplers.onnx_export import OUTPUT_NAME as ONNX_OUTPUT_NAME
 from inference_core.samplers.sampler import Sampler, load
+from inference_core.samplers.spg import SPGSampler
 
 __all__ = [
     "ACTIVATIONS",
@@ -29,6 +33,7 @@ __all__ = [
     "ONNX_INPUT_NAME",
     "ONNX_OUTPUT_NAME",
     "GeneratorNetwork",
+    "SPGSampler",
     "Sampler",
     "SamplerConfig",
     "generator_forward",

@@ -13,28 +13,16 @@ width, or k). λ is a float (a trainable λ is held as `log_lambda`).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils import skip_init
 
+# The shared activation table and seeded initialisation (re-exported: samplers.ACTIVATIONS is public).
+from inference_core.networks import ACTIVATIONS, init_linear_
 
-def _gelu(x: Tensor) -> Tensor:
-    return F.gelu(x)  # the exact (erf) form; the ONNX export writes the same formula
-
-
-ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
-    "relu": torch.relu,
-    "tanh": torch.tanh,
-    "sigmoid": torch.sigmoid,
-    "softplus": F.softplus,
-    "elu": F.elu,
-    "leaky_relu": F.leaky_relu,  # negative slope 0.01
-    "silu": F.silu,
-    "gelu": _gelu,
-}
+__all__ = ["ACTIVATIONS", "GeneratorNetwork", "generator_forward", "init_linear_", "mlp_features", "parameter_shapes"]
 
 
 def parameter_shapes(input_dim: int, hidden: Sequence[int], output_dim: int) -> dict[str, tuple[int, ...]]:
@@ -68,16 +56,6 @@ def generator_forward(tensors: dict[str, Tensor], z: Tensor, *, input_dim: int, 
     if isinstance(lam, Tensor) or lam != 0.0:
         out = out + lam * z
     return out
-
-
-def init_linear_(weight: Tensor, bias: Tensor, generator: torch.Generator) -> None:
-    """PyTorch's default nn.Linear initialisation, U(−1/√fan_in, 1/√fan_in) for weight and bias, drawn
-    from `generator` (never the global RNG) in float64 then cast, so it is the same on every device."""
-    bound = 1.0 / math.sqrt(weight.shape[1]) if weight.shape[1] > 0 else 0.0
-    with torch.no_grad():
-        for tensor in (weight, bias):
-            draw = torch.rand(tensor.shape, generator=generator, dtype=torch.float64) * 2 - 1
-            tensor.copy_(draw * bound)
 
 
 class GeneratorNetwork(nn.Module):

@@ -22,9 +22,11 @@ from inference_core.samplers.config import (
     FORMAT_VERSION,
     NOISE_DRAW,
     SamplerConfig,
+    SPGSamplerConfig,
     validate_config,
 )
 from inference_core.samplers.generator import GeneratorNetwork, generator_forward
+from inference_core.samplers.spg import SPGSampler
 
 #: Largest n·max(noise_dim, output_dim) one `sample` call may produce (1 GiB of float32).
 MAX_SAMPLE_ELEMENTS = 2**28
@@ -40,8 +42,14 @@ def _check_count(n: Any, seed: Any) -> None:
 class Sampler:
     """A generator's config (JSON-ready dict) and float32 CPU tensors; rebuilt from those two only."""
 
+    #: Draws need no inputs (function-space samplers, `samplers.spg.SPGSampler`, take x).
+    takes_inputs = False
+    input_dim = None
+
     def __init__(self, config: dict[str, Any], tensors: dict[str, Tensor]):
         parsed = validate_config(config)
+        if not isinstance(parsed, SamplerConfig):
+            raise ValueError("Sampler needs a config with generator kind 'mlp' (use samplers.load)")
         expected = parsed.generator.shapes()
         if set(tensors) != set(expected):
             raise ValueError(f"tensors {sorted(tensors)} do not match the config's {sorted(expected)}")
@@ -59,7 +67,7 @@ class Sampler:
 
     @classmethod
     def from_generator(cls, network: GeneratorNetwork, *, method: str, target_kind: str,
-                       layout: list[dict[str, Any]] | None = None) -> Sampler:
+                       layout: list[dict[str, Any]] | None = None, model: dict[str, Any] | None = None) -> Sampler:
         """Snapshot of a training generator (float32 copies; λ rounded to float32 as the forward uses it)."""
         lam = float(torch.tensor(network.lam_float(), dtype=torch.float32))
         config = {
@@ -73,6 +81,7 @@ class Sampler:
             "noise": {"distribution": "standard_normal", "dtype": "float32", "draw": NOISE_DRAW},
             "target": {"kind": target_kind, "dim": network.output_dim},
             "layout": layout,
+            "model": model,
         }
         return cls(config, network.tensors())
 
@@ -116,8 +125,11 @@ class Sampler:
                                      n_hidden=len(gen.hidden), activation=gen.activation,
                                      lam=float(torch.tensor(gen.lam, dtype=torch.float32)))
 
-    def sample(self, n: int, seed: int) -> Tensor:
-        """n fresh draws [n, output_dim], float32, bit-identical for the same (n, seed)."""
+    def sample(self, n: int, seed: int, x: Any = None) -> Tensor:
+        """n fresh draws [n, output_dim], float32, bit-identical for the same (n, seed). `x` must be None:
+        only function-space samplers take inputs."""
+        if x is not None:
+            raise ValueError("this sampler draws parameter vectors and takes no inputs x")
         return self.forward(self.sample_noise(n, seed))
 
     # ---- serialisation -----------------------------------------------------------------------------------
@@ -134,11 +146,14 @@ class Sampler:
 
 
 def load(source: bytes | bytearray | memoryview | str | Any | IO[bytes], *,
-         max_weights_bytes: int = archive.MAX_WEIGHTS_BYTES) -> Sampler:
+         max_weights_bytes: int = archive.MAX_WEIGHTS_BYTES) -> Sampler | SPGSampler:
     """Rebuild a Sampler from its zip (a path, bytes, or a binary file object), from config.json and
-    weights.safetensors only. Anything malformed, unknown or oversized raises ValueError."""
+    weights.safetensors only (an `SPGSampler` for generator kind "spg"). Anything malformed, unknown or
+    oversized raises ValueError."""
     data = archive.read_source(source, max_weights_bytes + archive.MAX_CONFIG_BYTES + 4096)
     raw_config, weights = archive.read_zip(data, max_weights_bytes)
     parsed = validate_config(raw_config)
     tensors = archive.read_weights(weights, parsed.generator.shapes())
+    if isinstance(parsed, SPGSamplerConfig):
+        return SPGSampler(parsed.model_dump(mode="json"), tensors)
     return Sampler(parsed.model_dump(mode="json"), tensors)

@@ -2,7 +2,7 @@
 
 Defaults follow the paper where it states one (Adam, generator lr 1e-3, three hidden layers for the pairwise
 helper, λ = 1, bandwidth med²/log n; Appendix B, Table 7; the helper's lr is 1e-3, not the paper's 1e-4: see
-HelperOptions) and ALF otherwise (notes, gpvi_reference_implementation.md). Every field is documented in its `description`.
+HelperOptions) and ALF otherwise (docs/implementation-notes.md, "GPVI (ALF)"). Every field is documented in its `description`.
 """
 
 from __future__ import annotations
@@ -155,8 +155,9 @@ def _critic_optimizer() -> OptimizerOptions:
 
 class CriticOptions(StrictModel):
     """KSD critic f_ψ: R^d → R^d (an MLP without BatchNorm), maximising the Stein discrepancy
-    E[∇log p·f + tr ∇f] − l2_weight·E||f||² (notes §1, minmax; Table 7: 1×100, lr 1e-3, L2 weight 10).
-    `trace`: exact (d backward passes) or Hutchinson (one Gaussian probe); `auto` is exact for d ≤ 32."""
+    E[∇log p·f + tr ∇f] − l2_weight·E||f||² (ALF's minmax critic, docs/implementation-notes.md, "KSD critic"; Table 7: 1×100, lr 1e-3, L2 weight 10).
+    `trace`: exact (d backward passes) or Hutchinson (one Gaussian probe); `auto` is exact for d ≤ 16
+    (methods.directions.EXACT_TRACE_MAX_DIM, shared with the particle KSD)."""
 
     hidden: list[int] = Field(default_factory=lambda: [100], max_length=8)
     activation: Activation = "relu"

@@ -44,8 +44,8 @@ class SVGDOptions(ParticleMethodOptions):
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Kernel defaults of the reference implementations (notes: function_space_and_speedup_references.md,
-# gpvi_reference_implementation.md). Each is only a default: every field of `kernel` can be set in a spec.
+# Kernel defaults of the reference implementations (docs/implementation-notes.md, "Median heuristic",
+# "w-SGLD-B and pi-SGLD", "GPVI (ALF)"). Each is only a default: every field of `kernel` can be set in a spec.
 
 
 def _alf_kernel() -> KernelOptions:
@@ -80,7 +80,7 @@ class PiSGLDOptions(WSGLDOptions):
 
 class CriticOptions(StrictModel):
     """The KSD critic f: R^d → R^d, an MLP without BatchNorm (BatchNorm couples the particles and biases the
-    Hutchinson trace; notes/gpvi_reference_implementation.md)."""
+    Hutchinson trace; docs/implementation-notes.md, "KSD critic")."""
 
     hidden: list[int] = Field(default_factory=lambda: [100, 100], min_length=1, max_length=8,
                               description="hidden widths (GPVI BLR: [100]; ALF default [100, 100])")

@@ -1,4 +1,4 @@
-"""Schemas of the Bayesian model targets (API.md, "Target kinds"): linear and logistic regression, BNNs and
+"""Schemas of the Bayesian model targets (docs/api.md; `GET /v1/targets/kinds` lists them): linear and logistic regression, BNNs and
 function-space posteriors. Torch-free (numpy only): the API validates specs, computes dimensions and
 parameter layouts with this module alone.
 

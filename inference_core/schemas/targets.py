@@ -1,4 +1,4 @@
-"""Target-kind schemas (API.md, "Target kinds"). Numeric checks use numpy so the API needs no torch."""
+"""Target-kind schemas (docs/api.md; `GET /v1/targets/kinds` lists them). Numeric checks use numpy so the API needs no torch."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The target protocol every posterior implements (DESIGN.md, "inference_core inside").
+"""The target protocol every posterior implements (docs/architecture.md, "Targets").
 
 A target is an unnormalised log-density on R^d evaluated for a batch of particles at once:
 `log_prob(x[n, d]) -> [n]` and `score(x[n, d]) -> [n, d]` (autograd unless a closed form is given).

@@ -1,8 +1,9 @@
 """Trained samplers: list, inspect, download (zip of config.json + weights.safetensors, or ONNX), draw fresh
-samples (bit-identical for the same sampler, n and seed), delete."""
+samples (bit-identical for the same sampler, n and seed, and inputs x for function-space samplers), delete."""
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -48,6 +49,30 @@ class SamplerList(BaseModel):
 class SampleRequest(BaseModel):
     n: int = Field(ge=1, description="number of draws")
     seed: int = Field(default=0, ge=0, lt=2**63)
+    x: list[list[float]] | None = Field(
+        default=None, description="inputs [m, p] in the data's original units: required by function-space "
+        "(generator kind 'spg') samplers, which return f at x, [n, m]; refused by the others")
+
+
+def check_inputs(body: SampleRequest, config: dict[str, Any], settings: Any) -> list[list[float]] | None:
+    """x against the sampler's kind: 422 x_required / x_not_accepted / x_shape_invalid / x_nonfinite,
+    413 limit_exceeded when n·len(x) is over `max_sample_values`."""
+    generator = config.get("generator", {})
+    if generator.get("kind") != "spg":
+        if body.x is not None:
+            raise Problem(422, "x_not_accepted", "this sampler draws parameter vectors and takes no inputs x")
+        return None
+    width = int(generator.get("input_dim", 0))
+    if body.x is None:
+        raise Problem(422, "x_required", f"this sampler draws functions: give inputs x of shape [m, {width}]")
+    if not body.x or any(len(row) != width for row in body.x):
+        raise Problem(422, "x_shape_invalid", f"x must be a non-empty list of rows of {width} numbers")
+    if not all(math.isfinite(value) for row in body.x for value in row):
+        raise Problem(422, "x_nonfinite", "x holds NaN or infinite values")
+    if body.n * len(body.x) > settings.max_sample_values:
+        raise Problem(413, "limit_exceeded", f"n·len(x) = {body.n * len(body.x)} is over the cap of "
+                      f"{settings.max_sample_values} values per request")
+    return body.x
 
 
 def owned_sampler(session: Session, tenant: str, sampler_id: str) -> Sampler:
@@ -112,6 +137,9 @@ def download_sampler(sampler_id: str, session: SessionDep, tenant: CurrentTenant
                       "weights.safetensors) or 'onnx'")
     role, media_type, suffix = roles[format]
     artifact = sampler_artifacts(session, sampler.id).get(role)
+    if artifact is None and format == "onnx" and sampler.config.get("generator", {}).get("kind") == "spg":
+        raise Problem(422, "onnx_unavailable", "this function-space (spg) sampler has no ONNX graph; download "
+                      "format=safetensors and use inference_core.samplers.load")
     if artifact is None:
         raise Problem(404, "not_found", f"this sampler has no {format} artifact")
     return Response(store.get(artifact.path), media_type=media_type, headers={
@@ -126,6 +154,7 @@ def sample(sampler_id: str, body: SampleRequest, request: Request, session: Sess
     if body.n > settings.max_sample_n:
         raise Problem(413, "limit_exceeded", f"n {body.n} is over the cap of {settings.max_sample_n} draws per request")
     sampler = owned_sampler(session, tenant, sampler_id)
+    x = check_inputs(body, sampler.config, settings)
     weights = sampler_artifacts(session, sampler.id).get("weights")
     if weights is None:
         raise Problem(404, "not_found", "this sampler has no stored weights")
@@ -136,7 +165,7 @@ def sample(sampler_id: str, body: SampleRequest, request: Request, session: Sess
         return load_sampler(store.get(weights.path))
 
     generator = request.app.state.sampler_cache.get(weights.sha256, load)
-    draws = generator.sample(body.n, body.seed)
+    draws = generator.sample(body.n, body.seed) if x is None else generator.sample(body.n, body.seed, x)
     return array_response(request, draws.numpy(), "samples", extra={"seed": body.seed})
 
 

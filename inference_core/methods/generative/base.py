@@ -1,6 +1,6 @@
 """`GenerativeMethod`: a generator f_θ(z) trained by pulling a particle-space direction back through it
-(the surrogate-loss pattern, GPVI eq. 4 / eq. 14): with φ computed without a graph on a generated batch
-x = f_θ(z), the generator's optimiser descends −(1/n) Σ_i φ_i·f_θ(z_i), whose θ-gradient is
+(`pullback`, the surrogate-loss pattern, GPVI eq. 4 / eq. 14): with φ computed without a graph on a generated
+batch x = f_θ(z), the generator's optimiser descends −(1/n) Σ_i φ_i·f_θ(z_i), whose θ-gradient is
 −(1/n) Σ_i (∂f_θ(z_i)/∂θ)ᵀ φ_i.
 
 State (all of it in `state_dict`, so a resumed run is bit-identical): generator (and log λ), its optimiser
@@ -18,8 +18,9 @@ import torch
 from torch import Tensor
 
 from inference_core import errors
-from inference_core.methods.base import Method
-from inference_core.methods.generative.optimizers import make_optimizer, optimizer_step, zero_grads
+from inference_core.methods.base import Method, check_direction
+from inference_core.methods.optim import make_optimizer, optimizer_step, zero_grads
+from inference_core.prediction.model import predictive_model
 from inference_core.samplers import Sampler
 from inference_core.samplers.generator import GeneratorNetwork, mlp_features
 from inference_core.schemas.generative import GenerativeOptions
@@ -152,11 +153,13 @@ class GenerativeMethod(Method):
         draw = torch.randn(m, self.noise_dim, generator=generator or self.rng, dtype=self.dtype)
         return draw.to(self.device)
 
-    def apply_direction(self, x: Tensor, phi: Tensor) -> None:
-        """One generator update along the ascent direction φ [n, d] at x = f_θ(z) (eq. 4 / eq. 14)."""
-        if not bool(torch.isfinite(phi).all()):
-            raise errors.Diverged(f"the update direction became non-finite at step {self.step_count + 1}")
-        surrogate = -(phi.detach() * x).sum(-1).mean()
+    def pullback(self, points: Tensor, direction: Tensor) -> None:
+        """One generator update along the ascent direction φ [n, d] at the batch x = f_θ(z) (`points`, with
+        its graph to θ): the optimiser descends the surrogate −(1/n) Σ_i φ_i·f_θ(z_i), whose θ-gradient is
+        −(1/n) Σ_i (∂f_θ(z_i)/∂θ)ᵀ φ_i (GPVI eq. 4 / eq. 14; λ's optimiser steps too when λ is trained).
+        The batch becomes `particles()`."""
+        check_direction(direction, self.step_count + 1)
+        surrogate = -(direction.detach() * points).sum(-1).mean()
         zero_grads(self.optimizer)
         if self.lambda_optimizer is not None:
             zero_grads(self.lambda_optimizer)
@@ -164,7 +167,11 @@ class GenerativeMethod(Method):
         optimizer_step(self.optimizer)
         if self.lambda_optimizer is not None:
             optimizer_step(self.lambda_optimizer)
-        self.last_batch = x.detach()
+        self.last_batch = points.detach()
+
+    def apply_direction(self, x: Tensor, phi: Tensor) -> None:
+        """The former name of `pullback` (kept for existing callers; a subclass's `pullback` applies)."""
+        self.pullback(x, phi)
 
     def step(self) -> dict[str, float]:
         started = time.perf_counter()
@@ -180,7 +187,8 @@ class GenerativeMethod(Method):
     def sampler(self) -> Sampler:
         describe = getattr(self.target, "describe_layout", None)
         layout = describe() if callable(describe) else None
-        return Sampler.from_generator(self.network, method=self.name, target_kind=self.target.kind, layout=layout)
+        return Sampler.from_generator(self.network, method=self.name, target_kind=self.target.kind, layout=layout,
+                                      model=predictive_model(self.target))
 
     # ---- checkpoints ---------------------------------------------------------------------------------
 

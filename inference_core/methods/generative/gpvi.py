@@ -32,7 +32,7 @@ from inference_core.methods.generative.base import (
 )
 from inference_core.methods.generative.jacobian import GeneratorJacobian
 from inference_core.methods.generative.networks import MatrixHelper, PairwiseHelper
-from inference_core.methods.generative.optimizers import make_optimizer, optimizer_step, zero_grads
+from inference_core.methods.optim import make_optimizer, optimizer_step, zero_grads
 from inference_core.schemas.generative import GPVIExactOptions, GPVIOptions, KernelGenerativeOptions
 from inference_core.targets.base import Target
 
@@ -126,7 +126,7 @@ class GPVI(_GPVIBase):
             drive, repulsion, loss = self._pairwise(jac, batch, lam)
         else:
             drive, repulsion, loss = self._matrix(jac, batch, lam)
-        self.apply_direction(batch["x"], drive + repulsion)
+        self.pullback(batch["x"], drive + repulsion)
         return {"bandwidth": batch["h"], "helper_loss": loss,
                 "repulsion_norm": float(repulsion.square().sum(-1).mean().sqrt())}
 
@@ -192,5 +192,5 @@ class GPVIExact(_GPVIBase):
             raise errors.Diverged(f"the generator's Jacobian became singular at step {self.step_count + 1}; "
                                   "increase lambda or lower the learning rate") from None
         drive, repulsion = self.matrix_terms(jac, P, features_jacobian, batch, lam)
-        self.apply_direction(batch["x"], drive + repulsion)
+        self.pullback(batch["x"], drive + repulsion)
         return {"bandwidth": batch["h"], "repulsion_norm": float(repulsion.square().sum(-1).mean().sqrt())}

@@ -1,4 +1,4 @@
-"""GPVI's functional gradient as pure functions (Ratzlaff et al. 2021, eqs. 5–11; notes §2).
+"""GPVI's functional gradient as pure functions (Ratzlaff et al. 2021, eqs. 5–11; docs/implementation-notes.md, "GPVI (ALF)").
 
 Notation. Noise z ∈ R^D, generator f(z) = g(z[:k]) + λz with g(u) = W φ(u) + b (samplers.generator), so
 
@@ -31,51 +31,19 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from inference_core.kernels import kernel_matmul
-from inference_core.kernels.bandwidth import divisor_value
+from inference_core.kernels.bandwidth import bandwidth_value, distance_median
+from inference_core.methods.kernel_sums import cross_kernel_matmul
 
 # ||a_i − b_j||² [na, nb], centred Gram form on the union mean, clamped at 0 (shared with the speed-ups).
 from inference_core.methods.kernel_sums import cross_sq_dists as squared_distances
 
-#: Above this many pairs the median is taken over the first 2048 rows of each batch.
-MEDIAN_MAX_PAIRS = 2048 * 2048
-#: Up to this many pairs a kernel matmul reuses the distance matrix already formed for the bandwidth;
-#: beyond, it goes through kernels.kernel_matmul (memory-bounded chunks).
-DENSE_MAX_PAIRS = 2**22
-
 
 def median_bandwidth(sq: Tensor, divisor: str, n: int, distinct_pairs: bool = False) -> float:
-    """h = median(squared distances) / divisor(n) (paper Appendix B.2: med²/log n, med the median distance),
-    1 if the median or the divisor is 0. `sq` is a cross-distance matrix (all entries count) or, with
-    `distinct_pairs`, the square distance matrix of one batch (the median over its i < j entries).
-    The median of an even count is the mean of the two middle values (numpy's convention)."""
-    values = sq.detach()
-    if values.shape[0] * values.shape[1] > MEDIAN_MAX_PAIRS:
-        values = values[:2048, :2048]
-    if distinct_pairs:
-        rows, cols = torch.triu_indices(values.shape[0], values.shape[1], offset=1, device=values.device)
-        flat = values[rows, cols]
-    else:
-        flat = values.reshape(-1)
-    if flat.numel() == 0:
-        return 1.0
-    values = flat.to("cpu").numpy().copy()  # selection reorders in place; sq is still needed by the caller
-    count = values.size
-    lo, hi = (count - 1) // 2, count // 2
-    values.partition(hi)  # O(N) introselect; the (hi-1)-th order statistic is then the max of the left part
-    upper = float(values[hi])
-    med = 0.5 * ((upper if lo == hi else float(values[:hi].max())) + upper)
-    div = divisor_value(divisor, n)
-    return med / div if (med > 0 and div > 0) else 1.0
-
-
-def cross_kernel_matmul(z: Tensor, z_expect: Tensor, V: Tensor, h: float, sq: Tensor | None = None,
-                        backend: str = "auto") -> Tensor:
-    """Σ_j k(z_i, z'_j) V_j, [n, p]: from `sq` [n', n] (the squared distances of the bandwidth rule) when
-    given and small enough, else by `kernels.kernel_matmul`."""
-    if sq is not None and sq.numel() <= DENSE_MAX_PAIRS:
-        return torch.exp(-sq / h).T @ V
-    return kernel_matmul(z, z_expect, V, h, backend=backend)
+    """h = median(squared distances) / divisor(n) (paper Appendix B.2: med²/log n, med the median distance)
+    by the one median rule (`kernels.bandwidth`: `distance_median`, then `bandwidth_value`, h = 1 for a zero
+    median). `sq` is a cross-distance matrix (all entries count) or, with `distinct_pairs`, the square
+    distance matrix of one batch (its i < j entries)."""
+    return bandwidth_value(distance_median(sq, distinct_pairs=distinct_pairs), divisor, n)
 
 
 def cross_kernel_matmuls(z: Tensor, z_expect: Tensor, pieces: list[Tensor], h: float, sq: Tensor | None = None,
@@ -83,7 +51,7 @@ def cross_kernel_matmuls(z: Tensor, z_expect: Tensor, pieces: list[Tensor], h: f
     """[scale · Σ_j k(z_i, z'_j) V_j for V in pieces] by ONE kernel matmul over the pieces side by side: the
     n×n' kernel is read once (a product per piece would read it once per piece, which dominates when the
     pieces are narrow); the concatenation copies only n' rows, and `scale` is applied to that copy."""
-    joined = cross_kernel_matmul(z, z_expect, torch.cat(pieces, dim=1).mul_(scale), h, sq, backend)
+    joined = cross_kernel_matmul(z, z_expect, torch.cat(pieces, dim=1).mul_(scale), h, sq, backend=backend)
     return list(torch.split(joined, [piece.shape[1] for piece in pieces], dim=1))
 
 

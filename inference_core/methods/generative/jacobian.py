@@ -16,7 +16,8 @@ import torch
 from torch import Tensor
 from torch.func import vjp, vmap
 
-from inference_core.samplers.generator import ACTIVATIONS, GeneratorNetwork, mlp_features
+from inference_core.networks import ACTIVATIONS
+from inference_core.samplers.generator import GeneratorNetwork, mlp_features
 
 
 def activation_slope(name: str, pre: Tensor, out: Tensor) -> Tensor:

@@ -1,5 +1,6 @@
-"""Auxiliary networks of the generative methods: GPVI's helpers and the KSD critic. All are initialised
-from a `torch.Generator` (never the global RNG), so a method's construction is a pure function of its seed."""
+"""GPVI's helper networks. Initialised from a `torch.Generator` (never the global RNG), so a method's
+construction is a pure function of its seed. The plain MLP (the amortised KSD critic, the helpers' trunk) is
+`inference_core.networks.MLP`, re-exported here."""
 
 from __future__ import annotations
 
@@ -7,29 +8,10 @@ from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor, nn
-from torch.nn.utils import skip_init
 
-from inference_core.samplers.generator import ACTIVATIONS, init_linear_
+from inference_core.networks import MLP, init_linear_, seeded_linear
 
-
-def _linear(fan_in: int, fan_out: int, generator: torch.Generator) -> nn.Linear:
-    layer = skip_init(nn.Linear, fan_in, fan_out)
-    init_linear_(layer.weight, layer.bias, generator)
-    return layer
-
-
-class MLP(nn.Module):
-    """act(... act(x W_0ᵀ + b_0) ...) W_Lᵀ + b_L: widths [in, *hidden, out], no activation on the output."""
-
-    def __init__(self, widths: Sequence[int], activation: str, generator: torch.Generator):
-        super().__init__()
-        self.activation = ACTIVATIONS[activation]
-        self.layers = nn.ModuleList(_linear(a, b, generator) for a, b in zip(widths[:-1], widths[1:], strict=True))
-
-    def forward(self, x: Tensor) -> Tensor:
-        for layer in self.layers[:-1]:
-            x = self.activation(layer(x))
-        return self.layers[-1](x)
+__all__ = ["MLP", "FlatReluMLP", "MatrixHelper", "PairwiseHelper"]
 
 
 class PairwiseHelper(nn.Module):
@@ -46,8 +28,8 @@ class PairwiseHelper(nn.Module):
 
     def __init__(self, k: int, width: int, layers: int, generator: torch.Generator):
         super().__init__()
-        self.noise_branch = _linear(k, width, generator)
-        self.vector_branch = _linear(k, width, generator)
+        self.noise_branch = seeded_linear(k, width, generator)
+        self.vector_branch = seeded_linear(k, width, generator)
         self.trunk = MLP([2 * width] + [2 * width] * layers + [k], "relu", generator)
 
     def forward(self, z_prefix: Tensor, w: Tensor) -> Tensor:
@@ -64,7 +46,7 @@ class FlatReluMLP(nn.Module):
     small helpers trained once per generator step (GPVI's matrix helper).
 
     `forward` builds no graph and keeps the layer inputs; `backward_into_grad(dL/dout)` then writes dL/dθ into
-    `self.flat.grad`. Initialisation as `_linear` (layer by layer, from `generator`)."""
+    `self.flat.grad`. Initialisation as `seeded_linear` (layer by layer, from `generator`)."""
 
     def __init__(self, widths: Sequence[int], generator: torch.Generator):
         super().__init__()

@@ -8,7 +8,7 @@ Priors:
   With the log-Jacobian of α = e^{log α}:
       log p(w, log α) = (d/2) log α − α‖w‖²/2 − (d/2) log 2π + a0 log b0 − lgamma(a0) + a0 log α − b0 α
   (the (a0 − 1) log α of the Gamma density plus log α from the Jacobian), hence
-      ∂/∂log α = d/2 − α‖w‖²/2 + (a0 − 1) − b0 α + 1     (notes §4 "BLR"),   ∇_w = −α w.
+      ∂/∂log α = d/2 − α‖w‖²/2 + (a0 − 1) − b0 α + 1     (docs/implementation-notes.md, "SVGD benchmark protocols"),   ∇_w = −α w.
 * fixed: w ~ N(0, prior_std² I).
 """
 

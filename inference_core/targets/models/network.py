@@ -1,8 +1,8 @@
 """A fully connected network evaluated for many weight vectors (particles) at once.
 
 Each particle is one flat vector laid out by `schemas.models.mlp_layout` (per layer: weight [out, in]
-row-major, then bias [out]; extra scalars last), as in ALF's `ParamNetwork`/`ParamFC` (notes,
-gpvi_reference_implementation.md §4). `forward(theta[n, D], X[B, p]) -> [n, B, out]` runs one batched
+row-major, then bias [out]; extra scalars last), as in ALF's `ParamNetwork`/`ParamFC` (docs/implementation-notes.md,
+"Hypernetworks and BNN parameter layout"). `forward(theta[n, D], X[B, p]) -> [n, B, out]` runs one batched
 matmul per layer over the particle dimension (`torch.matmul` broadcasting, then `torch.baddbmm`), never a
 Python loop over particles. The object holds no tensors, so it moves with any target for free.
 """
@@ -13,21 +13,13 @@ import math
 from collections.abc import Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
+from inference_core.networks import ACTIVATIONS
 from inference_core.schemas.models import ParameterBlock, layout_size, mlp_layout
 
-ACTIVATION_FUNCTIONS = {
-    "relu": torch.relu,
-    "tanh": torch.tanh,
-    "sigmoid": torch.sigmoid,
-    "softplus": F.softplus,
-    "elu": F.elu,
-    "gelu": F.gelu,
-    "silu": F.silu,
-    "leaky_relu": F.leaky_relu,
-}
+#: The shared activation table (inference_core.networks), under this module's historical name.
+ACTIVATION_FUNCTIONS = ACTIVATIONS
 
 
 class MLP:

@@ -1,5 +1,6 @@
-"""GPVI's functional-gradient pieces and the amortised directions against independent references
-(full D×D Jacobians by autograd and per-pair solves, explicit loops, numpy)."""
+"""GPVI's functional-gradient pieces against independent references (full D×D Jacobians by autograd and
+per-pair solves, explicit loops, numpy). The amortised methods' directions are those of the particle methods
+(methods.directions), tested in tests/unit/methods/test_methods_directions.py."""
 
 from __future__ import annotations
 
@@ -8,15 +9,7 @@ import pytest
 import torch
 from torch.func import jacrev, vmap
 
-from inference_core.kernels import svgd_direction
 from inference_core.methods.generative import gpvi_math
-from inference_core.methods.generative.amortized import (
-    gfsf_direction,
-    jacobian_trace,
-    ksd_critic_loss,
-    svgd_direction_one_batch,
-    svgd_direction_two_batch,
-)
 from inference_core.methods.generative.jacobian import GeneratorJacobian
 from inference_core.samplers.generator import GeneratorNetwork
 
@@ -130,55 +123,6 @@ def test_median_bandwidth_matches_numpy() -> None:
     assert gpvi_math.median_bandwidth(gpvi_math.squared_distances(a, a), "log_n_squared", 8, distinct_pairs=True) == \
         pytest.approx(np.median(own) / (2 * np.log(8)), rel=1e-10)
     assert gpvi_math.median_bandwidth(torch.zeros(3, 3), "log_n", 3) == 1.0
-
-
-def test_amortised_svgd_directions_match_the_formula() -> None:
-    g = torch.Generator().manual_seed(6)
-    x, xe = torch.randn(5, 2, generator=g, dtype=torch.float64), torch.randn(4, 2, generator=g, dtype=torch.float64)
-    se, h = torch.randn(4, 2, generator=g, dtype=torch.float64), 0.8
-    expected = torch.zeros(5, 2, dtype=torch.float64)
-    for i in range(5):
-        for j in range(4):
-            kij = torch.exp(-(xe[j] - x[i]).square().sum() / h)
-            expected[i] += kij * se[j] + 0.3 * (2 / h) * kij * (x[i] - xe[j])
-    torch.testing.assert_close(svgd_direction_two_batch(x, xe, se, h, entropy_weight=0.3), expected / 4)
-    s = torch.randn(5, 2, generator=g, dtype=torch.float64)
-    torch.testing.assert_close(svgd_direction_one_batch(x, s, h), svgd_direction(x, s, h, backend="dense"))
-
-
-def test_gfsf_direction_matches_a_dense_inverse() -> None:
-    g = torch.Generator().manual_seed(7)
-    x, s, h, eps = torch.randn(6, 2, generator=g, dtype=torch.float64), torch.randn(6, 2, generator=g,
-                                                                                     dtype=torch.float64), 1.1, 1e-3
-    K = torch.exp(-gpvi_math.squared_distances(x, x) / h)
-    grad_sum = (2 / h) * (K.sum(0)[:, None] * x - K @ x)  # Σ_j ∇_{x_j} k(x_j, x_i)
-    grad_log_q = -np.linalg.solve(K.numpy() + eps * np.eye(6), grad_sum.numpy())
-    torch.testing.assert_close(gfsf_direction(x, s, h, eps), s - torch.from_numpy(grad_log_q))
-
-
-def test_jacobian_trace_exact_and_hutchinson() -> None:
-    g = torch.Generator().manual_seed(8)
-    lin = torch.randn(3, 3, generator=g, dtype=torch.float64)
-    x = torch.randn(4, 3, generator=g, dtype=torch.float64, requires_grad=True)
-    out = torch.tanh(x @ lin.T)
-    exact = torch.stack([torch.trace(jacrev(lambda u: torch.tanh(lin @ u))(x[i].detach())) for i in range(4)])
-    torch.testing.assert_close(jacobian_trace(out, x, None), exact)
-    probes = torch.randn(20000, 4, 3, generator=g, dtype=torch.float64)
-    estimate = torch.stack([jacobian_trace(out, x, p) for p in probes[:2000]]).mean(0)
-    torch.testing.assert_close(estimate, exact, atol=0.15, rtol=0)
-
-
-def test_ksd_critic_loss_has_the_stein_optimum() -> None:
-    """For q = p = N(0, I) and a linear critic f(x) = Cx, the loss is l2·E||Cx||² (Stein's identity kills the
-    rest), so its minimiser over C is 0; a nonzero C scores worse."""
-    g = torch.Generator().manual_seed(9)
-    x = torch.randn(20000, 2, generator=g, dtype=torch.float64)
-    C = torch.tensor([[0.5, 0.2], [-0.1, 0.3]], dtype=torch.float64)
-    out = x @ C.T
-    loss = ksd_critic_loss(out, torch.full((20000,), float(torch.trace(C)), dtype=torch.float64), -x, 1.0)
-    assert float(loss) == pytest.approx(float((out.square().sum(-1)).mean()), abs=0.03)
-    zero = ksd_critic_loss(torch.zeros_like(x), torch.zeros(20000, dtype=torch.float64), -x, 1.0)
-    assert float(zero) == 0.0 < float(loss)
 
 
 @pytest.mark.parametrize("activation", ["relu", "tanh", "sigmoid", "softplus", "elu", "leaky_relu", "silu", "gelu"])

@@ -196,3 +196,29 @@ def test_kernel_from_options_builds_rbf_and_imq():
     assert imq == IMQ(2.0, -1.0, 3.0)
     with pytest.raises(ValueError):
         kernel_from_options(BandwidthOptions(), 1.0)
+
+
+@pytest.mark.parametrize("count", [1, 2, 7, 10])
+def test_median_value_is_numpys_median_and_leaves_its_input_alone(count: int) -> None:
+    from inference_core.kernels.bandwidth import median_value
+
+    values = torch.randn(count, generator=torch.Generator().manual_seed(count), dtype=torch.float32)
+    before = values.clone()
+    assert median_value(values) == float(np.median(values.double().numpy()))
+    assert torch.equal(values, before)
+
+
+def test_distance_median_over_all_entries_distinct_pairs_and_the_leading_block() -> None:
+    from inference_core.kernels.bandwidth import DISTANCE_MEDIAN_MAX_SIDE, bandwidth_value, distance_median
+
+    g = torch.Generator().manual_seed(3)
+    cross = torch.rand(5, 4, generator=g, dtype=torch.float64)
+    assert distance_median(cross) == float(np.median(cross.numpy()))
+    square = torch.rand(6, 6, generator=g, dtype=torch.float64)
+    assert distance_median(square, distinct_pairs=True) == float(np.median(square.numpy()[np.triu_indices(6, 1)]))
+    big = torch.rand(DISTANCE_MEDIAN_MAX_SIDE + 3, DISTANCE_MEDIAN_MAX_SIDE, generator=g)
+    side = DISTANCE_MEDIAN_MAX_SIDE
+    assert distance_median(big) == float(np.median(big[:side, :side].double().numpy()))
+    assert bandwidth_value(2.0, "log_n", 8) == 2.0 / math.log(8)
+    assert bandwidth_value(0.0, "log_n", 8) == 1.0 == bandwidth_value(float("nan"), "none", 8)
+    assert bandwidth_value(float("inf"), "none", 8) == 1.0 == bandwidth_value(3.0, "log_n", 1)

@@ -30,10 +30,10 @@ def test_auto_rules(monkeypatch):
     assert resolve(d=1) == "chunked"
     monkeypatch.setattr(dispatch, "triton_available", lambda: True)
     # The rule table on CUDA (pure logic: no GPU needed to decide).
-    assert resolve(device=CUDA, d=64) == "triton"
-    assert resolve(device=CUDA, d=65) == "chunked"
-    assert resolve(device=CUDA, d=200, precision="tf32") == "triton"
-    assert resolve(device=CUDA, d=300, precision="bf16") == "chunked"
+    assert resolve(device=CUDA, d=16) == "triton"
+    assert resolve(device=CUDA, d=17) == "chunked"
+    assert resolve(device=CUDA, d=16, precision="tf32") == "triton"
+    assert resolve(device=CUDA, d=64, precision="bf16") == "chunked"
     assert resolve(device=CUDA, d=8, grad=True) == "chunked"
     assert resolve(device=CUDA, d=8, dtype=torch.float64) == "chunked"
     # The fused kernels index in int32: huge operands go to chunked.

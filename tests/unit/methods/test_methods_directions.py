@@ -11,7 +11,8 @@ import torch
 from methods_support import F64, grad_first, gram, imq, rbf, stein_kernel
 
 from inference_core.kernels import IMQ, RBF, svgd_direction
-from inference_core.methods.gfsf import gfsf_direction
+from inference_core.methods.directions import gfsf_direction, svgd_direction_two_batch
+from inference_core.methods.directions import svgd_direction as weighted_svgd_direction
 from inference_core.methods.kernel_sums import cross_median_bandwidth, stein_kernel_matrix
 from inference_core.methods.pisgld import pisgld_direction
 from inference_core.methods.speedups import (
@@ -269,3 +270,64 @@ def test_cross_median_bandwidth_is_the_median_of_the_n_by_m_distances_over_log_n
     assert float(cross_median_bandwidth(x, y)) == pytest.approx(np.median(dists) / math.log(11), rel=1e-9)
     assert float(cross_median_bandwidth(x, y, "none")) == pytest.approx(np.median(dists), rel=1e-9)
     assert float(cross_median_bandwidth(x[:1], x[:1])) == 1.0  # median 0 → h = 1
+
+
+# ---------------------------------------------------------------------- directions with an entropy weight
+
+
+def naive_two_batch(k, x, y, sy, entropy_weight):
+    """(1/m) Σ_j [k(y_j, x_i) s(y_j) + ent · ∇_{y_j} k(y_j, x_i)] (GPVI eq. 13 over an independent batch)."""
+    out = torch.zeros_like(x)
+    for i in range(x.shape[0]):
+        for j in range(y.shape[0]):
+            out[i] += k(y[j], x[i]) * sy[j] + entropy_weight * grad_first(k, y[j], x[i])
+    return out / y.shape[0]
+
+
+@pytest.mark.parametrize("reuse_distances", [True, False])
+@pytest.mark.parametrize(("kernel", "k"), KERNELS)
+def test_two_batch_svgd_direction(kernel, k, reuse_distances) -> None:
+    x, _ = cloud(6, seed=11, offset=2.0)
+    y, sy = cloud(5, seed=12, offset=2.5)
+    sq = ((y[:, None, :] - x[None, :, :]) ** 2).sum(-1) if reuse_distances else None  # [m, n]
+    phi = svgd_direction_two_batch(x, y, sy, kernel, entropy_weight=0.3, sq=sq, backend="chunked")
+    torch.testing.assert_close(phi, naive_two_batch(k, x, y, sy, 0.3), rtol=1e-9, atol=1e-10)
+
+
+@pytest.mark.parametrize("entropy_weight", [1.0, 0.4])
+@pytest.mark.parametrize(("kernel", "k"), KERNELS)
+def test_one_batch_svgd_direction_with_an_entropy_weight(kernel, k, entropy_weight) -> None:
+    x, s = cloud(7, seed=13, offset=20.0)
+    phi = weighted_svgd_direction(x, s, kernel, entropy_weight=entropy_weight, backend="chunked")
+    torch.testing.assert_close(phi, naive_two_batch(k, x, x, s, entropy_weight), rtol=1e-9, atol=1e-10)
+
+
+@pytest.mark.parametrize(("kernel", "k"), KERNELS)
+def test_gfsf_direction_with_an_entropy_weight(kernel, k) -> None:
+    x, s = cloud(8, seed=14)
+    phi, _ = gfsf_direction(x, s, kernel, 1e-3, entropy_weight=0.25)
+    expected = s.numpy() + 0.25 * (naive_gfsf(k, x, s, 1e-3) - s.numpy())
+    np.testing.assert_allclose(phi.numpy(), expected, rtol=1e-7, atol=1e-8)
+
+
+def test_the_former_import_paths_name_the_shared_functions() -> None:
+    """Other modules import these by their former paths; they must be the one implementation, not copies."""
+    from inference_core.kernels.bandwidth import distance_median
+    from inference_core.methods import directions, gfsf, optim, pisgld, speedups, wsgld
+    from inference_core.methods.generative import gpvi_math, optimizers
+    from inference_core.methods.generative.base import GenerativeMethod
+    from inference_core.methods.generative.networks import MLP as GenerativeMLP
+    from inference_core.networks import ACTIVATIONS, MLP
+    from inference_core.samplers import ACTIVATIONS as SAMPLER_ACTIVATIONS
+    from inference_core.targets.models import network
+
+    assert gfsf.gfsf_direction is directions.gfsf_direction
+    assert wsgld.wsgld_direction is directions.wsgld_direction
+    assert pisgld.pisgld_direction is directions.pisgld_direction
+    assert speedups.adagrad_momentum_ascent is optim.adagrad_momentum_ascent
+    assert (optimizers.make_optimizer, optimizers.optimizer_step, optimizers.zero_grads) == (
+        optim.make_optimizer, optim.optimizer_step, optim.zero_grads)
+    assert GenerativeMLP is MLP and network.ACTIVATION_FUNCTIONS is ACTIVATIONS is SAMPLER_ACTIVATIONS
+    assert network.MLP is not MLP  # the batched-over-weight-vectors network is a different thing
+    assert callable(GenerativeMethod.apply_direction) and callable(GenerativeMethod.pullback)
+    assert gpvi_math.distance_median is distance_median

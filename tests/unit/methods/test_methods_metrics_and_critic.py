@@ -10,9 +10,15 @@ from methods_support import F64, gram, imq, rbf, stein_kernel
 
 from inference_core import run
 from inference_core.catalog import METHODS
-from inference_core.methods.critic import CriticMLP, jacobian_trace, stein_critic_loss
+from inference_core.methods.directions import (
+    EXACT_TRACE_MAX_DIM,
+    jacobian_trace,
+    stein_critic_loss,
+    trace_method,
+)
 from inference_core.metrics.discrepancy import ksd_imq, mmd2_rbf
 from inference_core.metrics.evaluation import Evaluator
+from inference_core.networks import MLP
 from inference_core.spec import EvalSpec, validate_job_spec
 from inference_core.training import RunHooks, build_method
 
@@ -97,45 +103,77 @@ def test_run_reports_eval_metrics_periodically_and_at_the_end() -> None:
 # ------------------------------------------------------------------------------------------ the critic
 
 
-def test_critic_has_no_batchnorm_and_rows_are_independent() -> None:
-    critic = CriticMLP(3, [16, 16], "tanh", torch.Generator().manual_seed(0), dtype=F64)
+def critic_mlp(d: int, hidden: list[int], activation: str, seed: int, draw: str = "float32") -> MLP:
+    return MLP([d, *hidden, d], activation, torch.Generator().manual_seed(seed), draw=draw).to(F64)
+
+
+@pytest.mark.parametrize("draw", ["float32", "float64"])
+def test_critic_has_no_batchnorm_and_rows_are_independent(draw: str) -> None:
+    critic = critic_mlp(3, [16, 16], "tanh", 0, draw)
     assert not any(isinstance(mod, torch.nn.modules.batchnorm._BatchNorm) for mod in critic.modules())
     x = sample(5, 3, 3)
     moved = x.clone()
     moved[1:] += 10.0
     torch.testing.assert_close(critic(x)[0], critic(moved)[0])
-    again = CriticMLP(3, [16, 16], "tanh", torch.Generator().manual_seed(0), dtype=F64)
+    again = critic_mlp(3, [16, 16], "tanh", 0, draw)
     torch.testing.assert_close(critic(x), again(x))  # seeded initialisation
+    bound = 1 / 16**0.5  # U(±1/√fan_in), PyTorch's nn.Linear default, for weights and biases
+    assert all(float(layer.weight.detach().abs().max()) <= bound for layer in critic.layers[1:2])
 
 
 def test_exact_and_hutchinson_traces_against_the_full_jacobian() -> None:
-    critic = CriticMLP(3, [20], "softplus", torch.Generator().manual_seed(1), dtype=F64)
+    critic = critic_mlp(3, [20], "softplus", 1)
     x = sample(4, 3, 4).requires_grad_(True)
     fx = critic(x)
-    exact = jacobian_trace(fx, x, "exact")
+    exact = jacobian_trace(fx, x)
     expected = torch.stack([torch.trace(torch.autograd.functional.jacobian(critic, x[i].detach()))
                             for i in range(4)])
     torch.testing.assert_close(exact.detach(), expected, rtol=1e-10, atol=1e-12)
     # Hutchinson with a probe ε is εᵀJε exactly; averaged over many Gaussian probes it approaches tr J.
     probe = torch.randn(4, 3, generator=torch.Generator().manual_seed(2), dtype=F64)
-    single = jacobian_trace(fx, x, "hutchinson", probe).detach()
+    single = jacobian_trace(fx, x, probe).detach()
     jac = [torch.autograd.functional.jacobian(critic, x[i].detach()) for i in range(4)]
     torch.testing.assert_close(single, torch.stack([probe[i] @ jac[i] @ probe[i] for i in range(4)]))
     g = torch.Generator().manual_seed(3)
-    mean = torch.stack([jacobian_trace(fx, x, "hutchinson", torch.randn(4, 3, generator=g, dtype=F64)).detach()
+    mean = torch.stack([jacobian_trace(fx, x, torch.randn(4, 3, generator=g, dtype=F64)).detach()
                         for _ in range(4000)]).mean(0)
     torch.testing.assert_close(mean, expected, atol=0.05 * float(expected.abs().max()), rtol=0)
 
 
 def test_critic_loss_is_minus_the_stein_term_plus_the_l2_penalty() -> None:
-    critic = CriticMLP(2, [8], "tanh", torch.Generator().manual_seed(5), dtype=F64)
+    critic = critic_mlp(2, [8], "tanh", 5)
     x, s = sample(6, 2, 6), sample(6, 2, 7)
-    loss, stein = stein_critic_loss(critic, x, s, 10.0, "exact")
+    xg = x.clone().requires_grad_(True)
+    fxg = critic(xg)
+    loss, stein = stein_critic_loss(fxg, jacobian_trace(fxg, xg), s, 10.0)
     fx = critic(x).detach()
     traces = torch.stack([torch.trace(torch.autograd.functional.jacobian(critic, x[i])) for i in range(6)])
     expected_stein = float(((s * fx).sum(1) + traces).mean())
     assert float(stein) == pytest.approx(expected_stein, rel=1e-10)
     assert float(loss.detach()) == pytest.approx(-expected_stein + 10.0 * float(fx.square().sum(1).mean()), rel=1e-10)
+
+
+def test_critic_loss_has_the_stein_optimum() -> None:
+    """For q = p = N(0, I) and a linear critic f(x) = Cx, the loss is l2·E||Cx||² (Stein's identity kills the
+    rest), so its minimiser over C is 0; a nonzero C scores worse. The entropy weight scales the trace term."""
+    x = sample(20000, 2, 9)
+    C = torch.tensor([[0.5, 0.2], [-0.1, 0.3]], dtype=F64)
+    out = x @ C.T
+    trace = torch.full((20000,), float(torch.trace(C)), dtype=F64)
+    loss, _ = stein_critic_loss(out, trace, -x, 1.0)
+    assert float(loss) == pytest.approx(float((out.square().sum(-1)).mean()), abs=0.03)
+    zero, _ = stein_critic_loss(torch.zeros_like(x), torch.zeros(20000, dtype=F64), -x, 1.0)
+    assert float(zero) == 0.0 < float(loss)
+    half, _ = stein_critic_loss(out, trace, -x, 1.0, entropy_weight=0.5)
+    assert float(half) == pytest.approx(float(loss) + 0.5 * float(trace.mean()), rel=1e-12)
+
+
+def test_trace_method_is_exact_up_to_the_threshold_and_hutchinson_above() -> None:
+    assert EXACT_TRACE_MAX_DIM == 16
+    assert trace_method("auto", 16) == "exact" and trace_method("auto", 17) == "hutchinson"
+    assert trace_method("exact", 500) == "exact" and trace_method("hutchinson", 2) == "hutchinson"
+    with pytest.raises(ValueError, match="trace"):
+        trace_method("approximate", 3)
 
 
 PARTICLE_METHODS = sorted(name for name, info in METHODS.items()
@@ -170,3 +208,16 @@ def test_svgd_stein_force_is_the_rms_of_the_direction_computed_naively() -> None
             phi[i] += k * score[j] + 2.0 * (x[i] - x[j]) / h * k
     phi /= n
     assert metrics["stein_force_norm"] == pytest.approx(float(phi.square().sum(-1).mean().sqrt()), rel=1e-9)
+
+
+def test_a_critic_checkpoint_with_the_former_tensor_names_loads() -> None:
+    """Before the critic was networks.MLP it was an nn.Sequential (Linear, act, Linear, ...): net.{2l}.*."""
+    from inference_core.methods.ksd import legacy_critic_keys
+
+    critic = critic_mlp(3, [5, 4], "tanh", 2)
+    former = {f"net.{2 * layer}.{leaf}": value for key, value in critic.state_dict().items()
+              for _, layer_s, leaf in [key.split(".")] for layer in [int(layer_s)]}
+    again = critic_mlp(3, [5, 4], "tanh", 9)
+    again.load_state_dict(legacy_critic_keys(former))
+    x = sample(4, 3, 1)
+    torch.testing.assert_close(again(x), critic(x), rtol=0, atol=0)

@@ -1,0 +1,262 @@
+"""`fvi`: functional variational inference with a stochastic process generator (Ma & Hernández-Lobato,
+NeurIPS 2021, Algorithm 1), on `function_posterior` targets (any prior) and regression `bnn` targets.
+
+One run, two phases, both inside the run loop (`options.distill_steps` splits them):
+
+1. steps 1..distill_steps, prior distillation (Alg. 1 lines 1-4): draw M fresh prior functions at X_O (|O|
+   random training inputs plus `distill_extra_points` uniform in the box 𝒯) and ascend the aggregated ELBO
+   of eq. 13 in the basis weights {w_s}, the decoder θ, σ_ν and the PoE encoder λ;
+2. the remaining steps (Alg. 1 lines 5-8): {w_s}, θ, σ_ν, λ frozen; ascend eq. 20 in q_η(h) = N(μ_η, σ_η²)
+   (initialised at p₀ = N(0, I)) and, when the target's noise is not fixed, σ_π:
+       (N/I) Σ_{i∈I} log N(y_i; f(x_i), σ_π²) − [J_K + Σ_{k=K}^{R} Δ_k / P(R ≥ k)]
+   with one reparameterised f ~ q (h, then a, then ν; M_q = 1) evaluated at the likelihood rows, the nested
+   KL rows (first min(R + 1, N) of one permutation) and Geom(ood_p)-many OOD points uniform in 𝒯
+   (`objective` for J and its debiasing). The loss minimised is the negative of that, divided by N.
+
+Per step the method's one generator draws, in order: phase 1: the |O| rows (randperm), the extra points,
+the prior functions, the h noise [M, H]; phase 2: the likelihood rows (randperm), G = R − K, the KL
+permutation, the OOD count and points, then eps_h [1, H], eps_a [1, S], eps_nu [1, m].
+A trained model is a function-space sampler (`samplers.spg.SPGSampler`).
+
+Status (measured on CPU, one thread): defaults cost about 7-9 ms per step on boston (bnn 1×50 prior), 27 s for
+1500 + 1500 steps, but the fit is not yet at the paper's level (split 0: test RMSE 6.1, NLL 3.59 against the
+published 2.33): the frozen-encoder estimate log Z̃ can go negative and q_η drifts into regions where the
+estimate is low; a 1-D step prior is not yet distilled into step-like bases. Tuning is open.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from inference_core import errors
+from inference_core.methods.base import Method
+from inference_core.methods.fvi import objective
+from inference_core.methods.fvi.networks import StochasticProcessGenerator
+from inference_core.methods.optim import build_optimizer
+from inference_core.prediction.model import predictive_model
+from inference_core.samplers.spg import SPGSampler
+from inference_core.schemas.fvi import FVIOptions
+from inference_core.schemas.models import FixedNoise
+from inference_core.seeding import derive_seed
+from inference_core.targets.base import Target
+
+_LOG_2PI = math.log(2 * math.pi)
+
+
+class FVI(Method):
+    name = "fvi"
+    options: FVIOptions
+    #: particles() are function values at the training inputs, not points of the target's parameter space.
+    particles_in_target_space = False
+
+    def __init__(self, target: Target, options: FVIOptions, num_particles: int, seed: int, device: torch.device):
+        super().__init__(target, options, num_particles, seed, device)
+        if target.kind not in ("function_posterior", "bnn") or getattr(target, "task", "regression") != "regression":
+            raise errors.MethodUnsupportedForTarget(
+                "fvi needs a regression target: function_posterior, or bnn with task 'regression'", loc=("method",))
+        self.n_data = int(target.n_data)
+        self.input_dim = int(target.X.shape[1])
+        self.box = self._measurement_box().to(device=device, dtype=self.dtype)
+        self.rng = torch.Generator(device="cpu").manual_seed(derive_seed(seed, 1))
+        init = torch.Generator(device="cpu").manual_seed(derive_seed(seed, 2))
+        self.spg = StochasticProcessGenerator(self.input_dim, options, init).to(device=device, dtype=self.dtype)
+        self.q_mean = torch.zeros(options.latent_dim, device=device, dtype=self.dtype, requires_grad=True)
+        self.q_log_std = torch.zeros(options.latent_dim, device=device, dtype=self.dtype, requires_grad=True)
+        noise = getattr(target, "noise", None)
+        fixed = getattr(target, "noise_std", None) if noise is None else (
+            noise.std if isinstance(noise, FixedNoise) else None)
+        self.noise_trainable = fixed is None
+        start = math.log(options.noise_std_init if fixed is None else fixed)
+        self.log_noise = torch.tensor(start, device=device, dtype=self.dtype, requires_grad=self.noise_trainable)
+        self.distill_optimizer = build_optimizer(list(self.spg.parameters()), options.distill_optimizer)
+        posterior = [self.q_mean, self.q_log_std] + ([self.log_noise] if self.noise_trainable else [])
+        self.optimizer = build_optimizer(posterior, options.optimizer)
+
+    # ---- pieces ----------------------------------------------------------------------------------------
+
+    def _measurement_box(self) -> Tensor:
+        """𝒯 [p, 2]: the target's own domain (function_posterior), else the training-input range widened by
+        ood_margin of it on each side (±1 for a constant column) [inferred]."""
+        domain = getattr(self.target, "domain", None)
+        if domain is not None:
+            return domain.detach().to("cpu", torch.float64)
+        X = self.target.X.detach().to("cpu", torch.float64)
+        low, high = X.min(0).values, X.max(0).values
+        margin = torch.where(high > low, self.options.ood_margin * (high - low), torch.ones_like(low))
+        return torch.stack([low - margin, high + margin], dim=1)
+
+    @property
+    def in_distillation(self) -> bool:
+        return self.step_count < self.options.distill_steps
+
+    def _uniform_points(self, m: int) -> Tensor:
+        u = torch.rand(m, self.input_dim, generator=self.rng, dtype=torch.float64)
+        return (self.box[:, 0] + (self.box[:, 1] - self.box[:, 0]) * u.to(device=self.device, dtype=self.dtype))
+
+    def _prior_functions(self, m: int, X: Tensor) -> Tensor:
+        """Exact prior draws [m, len(X)] (model units) from the target."""
+        target = self.target
+        if target.kind == "function_posterior":
+            return target.sample_prior_functions(m, X, self.rng)
+        weights = target.sample_prior(m, self.rng)
+        return target.forward(weights, X)[..., 0].to(self.dtype)
+
+    def _rows(self, count: int) -> Tensor:
+        return torch.randperm(self.n_data, generator=self.rng)[:count].to(self.device)
+
+    def q_precision(self) -> Tensor:
+        return torch.exp(-2 * self.q_log_std)
+
+    def noise_std(self) -> float:
+        return float(self.log_noise.detach().exp())
+
+    # ---- steps -------------------------------------------------------------------------------------------
+
+    def step(self) -> dict[str, float]:
+        started = time.perf_counter()
+        metrics = self._distill_step() if self.in_distillation else self._posterior_step()
+        self.step_count += 1
+        return {"step_time_s": time.perf_counter() - started, **metrics}
+
+    def _distill_step(self) -> dict[str, float]:
+        options = self.options
+        X = self.target.X.index_select(0, self._rows(min(options.distill_points, self.n_data)))
+        if options.distill_extra_points:
+            X = torch.cat([X, self._uniform_points(options.distill_extra_points)])
+        f = self._prior_functions(options.distill_functions, X).to(device=self.device, dtype=self.dtype)
+        noise = torch.randn(options.distill_functions, options.latent_dim, generator=self.rng,
+                            dtype=torch.float64).to(device=self.device, dtype=self.dtype)
+        self.spg.requires_grad_(True)
+        loss = -self.spg.distillation_elbo(f, X, noise).mean() / X.shape[0]
+        self._descend(loss, self.distill_optimizer)
+        return {"phase": 1.0, "distill_loss": float(loss.detach()),
+                "white_noise_std": float(self.spg.white_noise_std().detach())}
+
+    def _posterior_step(self) -> dict[str, float]:
+        options, N = self.options, self.n_data
+        target = self.target
+        like_rows = self._rows(min(options.likelihood_batch, N))
+        k = min(options.kl_batch, N)
+        extra = objective.geometric(options.roulette_p, self.rng) if options.debias else 0
+        kl_rows = self._rows(min(k + extra + 1, N) if options.debias else k)
+        ood = self._uniform_points(objective.geometric(options.ood_p, self.rng))
+        X = torch.cat([target.X.index_select(0, like_rows), target.X.index_select(0, kl_rows), ood])
+        eps = [torch.randn(1, size, generator=self.rng, dtype=torch.float64).to(device=self.device, dtype=self.dtype)
+               for size in (options.latent_dim, options.n_basis, X.shape[0])]
+        self.spg.requires_grad_(False)
+        f = self._functions(X, *eps)[0]  # [m]
+        n_like, n_kl = like_rows.shape[0], kl_rows.shape[0]
+        y = target.y.index_select(0, like_rows)
+        noise_var = torch.exp(2 * self.log_noise)
+        log_lik = (N / n_like) * (-0.5 * (y - f[:n_like]).square().sum() / noise_var
+                                  - n_like * (self.log_noise + 0.5 * _LOG_2PI))
+        mean, precision = self.spg.experts(f[n_like:].unsqueeze(0), X[n_like:])
+        mean, precision = mean[0], precision[0]
+        parts = (mean[:n_kl], precision[:n_kl], mean[n_kl:], precision[n_kl:], self.q_mean, self.q_precision(), N)
+        if options.debias:
+            kl = objective.debiased_j(*parts, k, extra, options.roulette_p)
+        else:
+            kl = objective.nested_j(*parts, torch.tensor([k], device=self.device))[0]
+        loss = (kl - log_lik) / N
+        self._descend(loss, self.optimizer)
+        return {"phase": 2.0, "loss": float(loss.detach()), "kl_estimate": float(kl.detach()),
+                "log_likelihood": float(log_lik.detach()), "noise_std": self.noise_std()}
+
+    def _descend(self, loss: Tensor, optimizer: torch.optim.Optimizer) -> None:
+        if not torch.isfinite(loss):
+            raise errors.Diverged(f"the FVI loss became non-finite at step {self.step_count + 1}")
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+    def _functions(self, X: Tensor, eps_h: Tensor, eps_a: Tensor, eps_nu: Tensor) -> Tensor:
+        """f ~ q at X [m, p] (model units) for given noise: h = μ_η + σ_η eps_h, a = μ_θ(h) + σ_θ(h) eps_a,
+        f = aΦᵀ + σ_ν eps_nu, [n, m]; the graph reaches q_η (and the SPG when it requires grad)."""
+        h = self.q_mean + self.q_log_std.exp() * eps_h
+        a_mean, a_std = self.spg.decode(h)
+        with torch.set_grad_enabled(torch.is_grad_enabled() and self.spg.basis_weights.requires_grad):
+            basis = self.spg.basis(X)
+        return (a_mean + a_std * eps_a) @ basis.T + self.spg.white_noise_std() * eps_nu
+
+    # ---- results -----------------------------------------------------------------------------------------
+
+    def function_draws(self, n: int, X: Tensor, seed_stream: int = 7) -> Tensor:
+        """n draws of the latent g = Σ_s a_s φ_s ~ q at X (model units, ν left out as in the sampler), [n, m],
+        from a fixed stream of the run's seed."""
+        g = torch.Generator(device="cpu").manual_seed(derive_seed(self.seed, seed_stream))
+        eps = [torch.randn(n, size, generator=g, dtype=torch.float64).to(device=self.device, dtype=self.dtype)
+               for size in (self.options.latent_dim, self.options.n_basis)]
+        with torch.no_grad():
+            return self._functions(X, *eps, torch.zeros(n, X.shape[0], device=self.device, dtype=self.dtype))
+
+    def predictive_noise_std(self) -> float:
+        """√(σ_π² + σ_ν²): observation noise plus the SPG's white noise, added to draws of g."""
+        return math.sqrt(self.noise_std() ** 2 + float(self.spg.white_noise_std().detach()) ** 2)
+
+    def particles(self) -> Tensor:
+        """num_particles draws of f ~ q at the training inputs (model units), [n, N]."""
+        return self.function_draws(self.num_particles, self.target.X)
+
+    def fit_metrics(self) -> dict[str, float]:
+        """Predictive fit from `predictive_draws` draws (noise √(σ_π² + σ_ν²) added): training RMSE (model units) and,
+        when the target has a test part, test RMSE and log-likelihood per point in original units (the UCI
+        protocol: log-mean-exp over draws minus log std_y)."""
+        n = self.options.predictive_draws
+        train = self.function_draws(n, self.target.X)
+        metrics = {"train_rmse": float((train.mean(0) - self.target.y).square().mean().sqrt()),
+                   "noise_std": self.noise_std()}
+        X_test, y_test = getattr(self.target, "X_test", None), getattr(self.target, "y_test", None)
+        if X_test is not None and y_test is not None:
+            draws = self.function_draws(n, X_test).double()
+            y = y_test.double()
+            stats = getattr(self.target, "standardization", None)
+            y_std = 1.0 if stats is None or stats.y_std is None else float(stats.y_std)
+            var = self.predictive_noise_std() ** 2
+            log_p = -0.5 * (y - draws).square() / var - 0.5 * math.log(2 * math.pi * var)
+            ll = torch.logsumexp(log_p, 0) - math.log(n) - math.log(y_std)
+            metrics["test_rmse"] = float((draws.mean(0) - y).square().mean().sqrt()) * y_std
+            metrics["test_log_likelihood"] = float(ll.mean())
+        return metrics
+
+    def sampler(self) -> SPGSampler:
+        spg = self.spg
+        generator = {"input_dim": self.input_dim, "n_basis": spg.n_basis, "basis_hidden": spg.basis_hidden,
+                     "basis_activation": spg.basis_activation, "latent_dim": spg.latent_dim,
+                     "decoder_hidden": spg.decoder_hidden, "decoder_activation": spg.activation,
+                     "white_noise_std": float(np.float32(float(spg.white_noise_std().detach())))}
+        tensors = {**spg.sampler_tensors(), "q.mean": self.q_mean.detach(), "q.log_std": self.q_log_std.detach()}
+        model = predictive_model(self.target)
+        model.update(network=None, noise={"type": "fixed", "std": float(np.float32(self.predictive_noise_std()))})
+        return SPGSampler.build(method=self.name, target_kind=self.target.kind, target_dim=int(self.target.dim),
+                                generator=generator, tensors=tensors, model=model)
+
+    # ---- checkpoints -------------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "step": self.step_count,
+            "spg": {name: t.detach().clone() for name, t in self.spg.state_dict().items()},
+            "q_mean": self.q_mean.detach().clone(),
+            "q_log_std": self.q_log_std.detach().clone(),
+            "log_noise": self.log_noise.detach().clone(),
+            "distill_optimizer": self.distill_optimizer.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "rng": self.rng.get_state(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.spg.load_state_dict(state["spg"])
+        with torch.no_grad():
+            self.q_mean.copy_(state["q_mean"])
+            self.q_log_std.copy_(state["q_log_std"])
+            self.log_noise.copy_(state["log_noise"])
+        self.distill_optimizer.load_state_dict(state["distill_optimizer"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.rng.set_state(state["rng"])
+        self.step_count = int(state["step"])

@@ -1,0 +1,97 @@
+"""The networks of a stochastic process generator (FVI, Ma & Hernández-Lobato 2021, §4.2-4.3):
+
+* S basis networks φ_s: R^p → R (eq. 10), held as one flat weight row each and evaluated together by the
+  batched `targets.models.network.MLP` (the same code the sampler runs, `samplers.spg.basis_values`);
+* the decoder p_θ(a | h) = N(μ_θ(h), diag σ_θ(h)²), an MLP H → 2S (`samplers.generator.GeneratorNetwork`
+  with λ = 0), σ_θ = softplus + 1e-4 (`samplers.spg.decode`);
+* the white-noise std σ_ν (log-parameterised);
+* the product-of-experts encoder q̃_λ(h | f^X) (eq. 14): one expert MLP [f(x_i), x_i] → (μ_i, τ_i) per
+  point, τ_i = softplus(raw) + 1e-6 [inferred], combined with the prior expert by `objective.product_of_experts`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from inference_core.methods.fvi import objective
+from inference_core.samplers.generator import GeneratorNetwork
+from inference_core.samplers.spg import basis_values, decode
+from inference_core.schemas.fvi import FVIOptions
+from inference_core.targets.models.network import MLP
+
+_MIN_PRECISION = 1e-6
+
+
+def initial_basis_weights(network: MLP, n_basis: int, generator: torch.Generator) -> Tensor:
+    """[S, D] float64 [inferred]: first layer weights N(0, 4/p) and biases N(0, 1), so the S bases start
+    with varied slopes and offsets over standardised inputs; later layers N(0, 1/(fan_in + 1)), biases 0."""
+    theta = network.initial_weights(n_basis, generator, torch.float64, generator.device)
+    fan_out, fan_in = network.layer_shapes()[0]
+    weight, bias = network.blocks["layer0.weight"], network.blocks["layer0.bias"]
+    theta[:, weight.offset: weight.offset + weight.size] = (
+        torch.randn(n_basis, weight.size, generator=generator, dtype=torch.float64) * (2 / math.sqrt(fan_in)))
+    theta[:, bias.offset: bias.offset + bias.size] = torch.randn(n_basis, fan_out, generator=generator,
+                                                                 dtype=torch.float64)
+    return theta
+
+
+class StochasticProcessGenerator(nn.Module):
+    """Basis networks, decoder, σ_ν and the PoE encoder of an SPG over functions R^p → R."""
+
+    def __init__(self, input_dim: int, options: FVIOptions, generator: torch.Generator):
+        super().__init__()
+        self.input_dim = input_dim
+        self.n_basis = options.n_basis
+        self.latent_dim = options.latent_dim
+        self.basis_hidden = list(options.basis_hidden)
+        self.basis_activation = options.basis_activation
+        self.decoder_hidden = list(options.decoder_hidden)
+        self.activation = options.activation
+        network = MLP(input_dim, self.basis_hidden, 1, self.basis_activation)
+        self.basis_weights = nn.Parameter(initial_basis_weights(network, self.n_basis, generator).float())
+        self.decoder = GeneratorNetwork(input_dim=self.latent_dim, hidden=self.decoder_hidden,
+                                        output_dim=2 * self.n_basis, activation=self.activation, lam=0.0,
+                                        generator=generator)
+        self.encoder = GeneratorNetwork(input_dim=1 + input_dim, hidden=list(options.encoder_hidden),
+                                        output_dim=2 * self.latent_dim, activation=self.activation, lam=0.0,
+                                        generator=generator)
+        self.log_white_noise = nn.Parameter(torch.tensor(math.log(options.white_noise_init)))
+
+    def basis(self, u: Tensor) -> Tensor:
+        """Φ [m, S] at inputs u [m, p] (model units)."""
+        return basis_values(self.basis_weights, u, self.basis_hidden, self.basis_activation)
+
+    def decode(self, h: Tensor) -> tuple[Tensor, Tensor]:
+        """(μ_a, σ_a) [n, S] of p_θ(a | h)."""
+        return decode(dict(self.decoder.named_parameters()), h, len(self.decoder_hidden), self.activation)
+
+    def white_noise_std(self) -> Tensor:
+        return self.log_white_noise.exp()
+
+    def experts(self, f: Tensor, u: Tensor) -> tuple[Tensor, Tensor]:
+        """Per-point experts (μ_i, τ_i) [n, m, H] for function values f [n, m] at inputs u [m, p]."""
+        n, m = f.shape
+        inputs = torch.cat([f.unsqueeze(-1), u.unsqueeze(0).expand(n, m, u.shape[1])], dim=-1)
+        out = self.encoder(inputs.reshape(n * m, -1)).reshape(n, m, 2 * self.latent_dim)
+        mean, raw = out.chunk(2, dim=-1)
+        return mean, F.softplus(raw) + _MIN_PRECISION
+
+    def distillation_elbo(self, f: Tensor, u: Tensor, noise: Tensor) -> Tensor:
+        """Per-function ELBO of eq. 13 [M] for prior draws f [M, m] at u [m, p], one reparameterised h per
+        function (noise [M, H] standard normal): log p̃(f | h) (a integrated out exactly) − KL(q̃_λ ‖ p₀)."""
+        mean, precision = objective.product_of_experts(*self.experts(f, u))
+        h = mean + noise / precision.sqrt()
+        a_mean, a_std = self.decode(h)
+        log_lik = objective.spg_log_likelihood(f, self.basis(u), a_mean, a_std.square(),
+                                               self.white_noise_std().square())
+        return log_lik - objective.gaussian_kl_to_standard(mean, precision)
+
+    def sampler_tensors(self) -> dict[str, Tensor]:
+        """The basis and decoder tensors under the sampler's names (q_η is added by the method)."""
+        tensors = {"basis.weights": self.basis_weights.detach()}
+        tensors.update({f"decoder.{name}": p.detach() for name, p in self.decoder.named_parameters()})
+        return tensors

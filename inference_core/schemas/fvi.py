@@ -1,0 +1,79 @@
+"""Options of `fvi`: functional variational inference with stochastic process generators (Ma & Hernández-Lobato,
+NeurIPS 2021). No reference code exists; choices the paper leaves open are marked [inferred] and follow the
+project's reconstruction of the method (their defaults are the reconstruction's). Appendix B's sizes are not in
+our copy of the paper: the network sizes are VIP-like (S in the tens, H ≈ 10) and tuned for short CPU runs.
+
+The run has two phases inside the one run loop: steps 1..distill_steps distil the prior into the generator
+(Alg. 1 lines 1-4, eq. 13), the remaining steps train q_η(h) and the likelihood (Alg. 1 lines 5-8, eq. 20).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from inference_core.schemas.common import StrictModel
+from inference_core.schemas.generative import Activation, _widths_ok
+from inference_core.schemas.methods import OptimizerOptions
+
+
+def _distill_optimizer() -> OptimizerOptions:
+    return OptimizerOptions(name="adam", lr=3e-3)
+
+
+def _posterior_optimizer() -> OptimizerOptions:
+    return OptimizerOptions(name="adam", lr=1e-2)
+
+
+class FVIOptions(StrictModel):
+    dtype: Literal["float32", "float64"] = "float32"
+    # ---- the stochastic process generator f = Σ_s a_s φ_s(x; w_s) + ν (eq. 10) ----
+    n_basis: int = Field(default=20, ge=1, le=1024, description="S, the number of basis networks φ_s")
+    basis_hidden: list[int] = Field(default_factory=lambda: [32], max_length=4,
+                                    description="hidden widths of each basis network φ_s: R^p → R")
+    basis_activation: Activation = "tanh"
+    latent_dim: int = Field(default=10, ge=1, le=256, description="H, the dimension of h")
+    decoder_hidden: list[int] = Field(default_factory=lambda: [64], max_length=4,
+                                      description="hidden widths of the decoder p_θ(a|h) (Gaussian, diagonal)")
+    encoder_hidden: list[int] = Field(default_factory=lambda: [64], max_length=4,
+                                      description="hidden widths of each PoE expert [f(x_i), x_i] → (μ_i, τ_i)")
+    activation: Activation = Field(default="tanh", description="activation of the decoder and the experts")
+    white_noise_init: float = Field(default=0.1, gt=0, le=10,
+                                    description="initial σ_ν of the white-noise process ν (learnt in distillation)")
+    # ---- phase 1: prior distillation (Alg. 1 lines 1-4, eq. 13) ----
+    distill_steps: int = Field(default=1500, ge=0, le=10_000_000,
+                               description="steps of prior distillation before q_η and the likelihood are trained")
+    distill_functions: int = Field(default=32, ge=1, le=4096, description="M, fresh prior draws per step")
+    distill_points: int = Field(default=48, ge=1, le=100_000,
+                                description="|O|, random training inputs per step (capped at N)")
+    distill_extra_points: int = Field(
+        default=16, ge=0, le=100_000,
+        description="[inferred] extra inputs uniform in the measurement box added to X_O, so the generator also "
+        "fits the prior where the KL's OOD points fall (0: X_O from the training inputs only, as printed)")
+    distill_optimizer: OptimizerOptions = Field(default_factory=_distill_optimizer)
+    # ---- phase 2: q_η(h) and the likelihood (Alg. 1 lines 5-8, eq. 20) ----
+    optimizer: OptimizerOptions = Field(default_factory=_posterior_optimizer,
+                                        description="optimiser of q_η and the noise std σ_π")
+    likelihood_batch: int = Field(default=64, ge=1, le=1_000_000, description="I, rows of the likelihood term")
+    kl_batch: int = Field(default=32, ge=1, le=1_000_000, description="K, training rows of J_K")
+    ood_p: float = Field(default=0.15, gt=0, le=1,
+                         description="[inferred] the OOD count n − |D| ~ Geom(p) on {0, 1, ...} (mean (1−p)/p)")
+    ood_margin: float = Field(
+        default=0.1, ge=0, le=10,
+        description="[inferred] per-dimension box 𝒯 = training-input range widened by this share of it on "
+        "each side (a function_posterior target's own `domain` is used when it has one)")
+    debias: bool = Field(default=True, description="Russian-roulette debiasing of J_K (Prop. 7)")
+    roulette_p: float = Field(default=0.5, gt=0, lt=1, description="R − K ~ Geom(p), P(R ≥ k) = (1 − p)^(k − K)")
+    noise_std_init: float = Field(
+        default=0.5, gt=0, le=100,
+        description="initial σ_π (model units) when the target's noise is not fixed; then learnt by eq. 20")
+    predictive_draws: int = Field(default=100, ge=2, le=100_000,
+                                  description="function draws behind `particles()` and the fit metrics")
+
+    @model_validator(mode="after")
+    def _check(self) -> FVIOptions:
+        for widths, what in ((self.basis_hidden, "basis"), (self.decoder_hidden, "decoder"),
+                             (self.encoder_hidden, "encoder")):
+            _widths_ok(widths, what)
+        return self
