@@ -28,12 +28,11 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from inference_core import errors
-from inference_core.kernels import Kernel, bandwidth_rule_from_options, kernel_from_options, svgd_direction
-from inference_core.methods.base import Method
+from inference_core.kernels import Kernel, bandwidth_rule_from_options, kernel_from_options
+from inference_core.methods.base import Method, check_direction
+from inference_core.methods.directions import pisgld_direction, svgd_direction, wsgld_direction
 from inference_core.methods.function_space.moments import fit_gaussian, gaussian_score, prior_columns
 from inference_core.methods.optim import build_optimizer
-from inference_core.methods.pisgld import pisgld_direction
-from inference_core.methods.wsgld import wsgld_direction
 from inference_core.schemas.function_space import FunctionSpacePOVIOptions
 from inference_core.schemas.models import FixedNoise, GammaNoisePrecision, InverseGammaNoiseStd
 from inference_core.seeding import derive_seed
@@ -147,18 +146,29 @@ class FunctionSpacePOVI(Method):
         missing = self.network.dim - weights.shape[1]
         return weights if missing == 0 else F.pad(weights, (0, missing))
 
-    def pullback(self, points: Tensor, direction: Tensor, outputs: Tensor | None = None) -> Tensor:
-        """(∂f(points; θ_i)/∂θ_i)ᵀ v_i for every particle: the weight-space image of a function-space direction
-        v [n, M] (or [n, M, K]) (paper eq. 4), [n, n_weights]. One VJP through the batched network;
-        `outputs` may pass function values already computed with a graph from the current weights."""
+    def vjp(self, values: Tensor, direction: Tensor) -> Tensor:
+        """(∂f(x; θ_i)/∂θ_i)ᵀ v_i for every particle, [n, n_weights]: function values [n, M] (or [n, M, K]) with
+        their graph to the weights, and a function-space direction v of the same shape (paper eq. 4). One
+        VJP through the batched network."""
+        if direction.shape != values.shape:
+            raise ValueError(f"direction must have the shape of the function values {list(values.shape)}, "
+                             f"got {list(direction.shape)}")
         with torch.enable_grad():
-            if outputs is None:
-                outputs = self.function_values(self.weights, points)
-            if direction.shape != outputs.shape:
-                raise ValueError(f"direction must have the shape of the function values {list(outputs.shape)}, "
-                                 f"got {list(direction.shape)}")
-            (grad,) = torch.autograd.grad(outputs, self.weights, direction.to(outputs.dtype))
+            (grad,) = torch.autograd.grad(values, self.weights, direction.detach().to(values.dtype))
         return grad
+
+    def pullback(self, points: Tensor, direction: Tensor) -> None:
+        """The weight update of eq. 4 (`Method.pullback` for function-space methods): `points` are the function
+        values f(x; θ_i) at the mixed batch with their graph to the weights, `direction` the ascent direction v
+        on them. `mse` (the TF1 code): Adam on ∇_θ mean((stopgrad(f + v) − f)²) = −(2/(n·M·K)) Jᵀv;
+        `vjp` (tf2 branch): on −Jᵀv."""
+        check_direction(direction, self.step_count + 1)
+        grad = self.vjp(points, direction)
+        if self.options.pullback == "mse":
+            grad = grad * (2.0 / points.numel())
+        self.optimizer.zero_grad(set_to_none=False)
+        self.weights.grad = -grad
+        self.optimizer.step()
 
     # ---- the pieces of one step ---------------------------------------------------------------------------
 
@@ -244,15 +254,7 @@ class FunctionSpacePOVI(Method):
         kernel, h = self.kernel(flat)
         kw = {"backend": self.options.kernel.backend, "precision": self.options.kernel.precision}
         direction = type(self).povi_direction(flat, score.reshape(flat.shape), kernel, **kw).reshape(values.shape)
-        if not torch.isfinite(direction).all():
-            raise errors.Diverged(f"the function-space direction became non-finite at step {self.step_count + 1}")
-
-        grad = self.pullback(points, direction, outputs=outputs)
-        if self.options.pullback == "mse":  # ∇_θ mean((stopgrad(f + v) − f)²) = −(2/(n·M·K)) Jᵀv
-            grad = grad * (2.0 / values.numel())
-        self.optimizer.zero_grad(set_to_none=False)
-        self.weights.grad = -grad
-        self.optimizer.step()
+        self.pullback(outputs, direction)
 
         info: dict[str, float] = {}
         if self.noise_learned:

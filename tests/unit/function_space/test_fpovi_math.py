@@ -12,6 +12,7 @@ import torch
 from fpovi_support import build, regression_target_spec
 from scipy import stats
 
+from inference_core import errors
 from inference_core.methods.function_space.moments import (
     fit_gaussian,
     gaussian_log_density,
@@ -101,7 +102,7 @@ def test_function_score_is_the_scaled_likelihood_plus_the_fitted_prior_gradient(
 
 
 @pytest.mark.parametrize("task", ["regression", "classification"])
-def test_pullback_is_the_vjp_of_the_function_values(task: str) -> None:
+def test_vjp_is_the_transposed_jacobian_of_the_function_values(task: str) -> None:
     if task == "regression":
         spec = regression_target_spec(activation="tanh", hidden=[7, 5])
     else:
@@ -113,7 +114,7 @@ def test_pullback_is_the_vjp_of_the_function_values(task: str) -> None:
     points = torch.as_tensor(np.random.default_rng(2).normal(size=(9, 3)))
     values = method.function_values(method.weights.detach(), points)
     direction = torch.as_tensor(np.random.default_rng(3).normal(size=tuple(values.shape)))
-    pulled = method.pullback(points, direction)
+    pulled = method.vjp(method.function_values(method.weights, points), direction)
     assert pulled.shape == (4, method.network.n_weights)
 
     # (1) per particle, the explicit Jacobian of its own function values (autograd, one particle at a time).
@@ -138,11 +139,27 @@ def test_pullback_is_the_vjp_of_the_function_values(task: str) -> None:
         assert abs(fd - float((pulled * u).sum())) < 1e-6 * max(1.0, abs(fd))
 
 
-def test_pullback_refuses_a_direction_of_the_wrong_shape() -> None:
+@pytest.mark.parametrize(("mode", "factor"), [("mse", None), ("vjp", 1.0)])
+def test_pullback_moves_the_weights_along_the_scaled_vjp(mode: str, factor: float | None) -> None:
+    lr = 1e-3
+    method, _ = build("fsvgd", regression_target_spec(), {"pullback": mode, "optimizer": {"name": "sgd", "lr": lr}},
+                      n=4)
+    points = torch.as_tensor(np.random.default_rng(5).normal(size=(7, 3)))
+    values = method.function_values(method.weights, points)
+    direction = torch.as_tensor(np.random.default_rng(6).normal(size=tuple(values.shape)))
+    expected_step = lr * (2.0 / values.numel() if factor is None else factor) * method.vjp(values, direction)
+    before = method.weights.detach().clone()
+    method.pullback(method.function_values(method.weights, points), direction)  # SGD: θ ← θ + lr·scale·Jᵀv
+    torch.testing.assert_close(method.weights.detach() - before, expected_step, rtol=1e-9, atol=1e-15)
+
+
+def test_pullback_refuses_bad_directions() -> None:
     method, _ = build("fsvgd", regression_target_spec(), n=4)
-    points = torch.zeros(5, 3, dtype=torch.float64)
+    values = method.function_values(method.weights, torch.zeros(5, 3, dtype=torch.float64))
     with pytest.raises(ValueError, match="shape of the function values"):
-        method.pullback(points, torch.zeros(4, 6, dtype=torch.float64))
+        method.pullback(values, torch.zeros(4, 6, dtype=torch.float64))
+    with pytest.raises(errors.Diverged):
+        method.pullback(values, torch.full((4, 5), float("nan"), dtype=torch.float64))
 
 
 def test_extras_are_training_rows_with_the_kde_noise_scale() -> None:
