@@ -14,6 +14,15 @@ on their function values. Each step (Algorithm 1; authors' code thu-ml/fpovi `ff
 5. pull-back (eq. 4): θ_i ← θ_i + ε (∂f(x; θ_i)/∂θ_i)ᵀ v_i, the VJP of v applied with Adam (`pullback`);
 6. regression: per-particle σ_i = softplus(raw_i), MAP under the target's noise prior with its own Adam
    step, on the same (pre-update) function values (the code's std_raw step after the weight step).
+
+The f-POVI checklist of the project's reference notes, item by item: (1) network, prior and init come from the
+target (`hidden=[50]`, `prior_std_scaling="fan_out"`) and `options.init="fpovi"`; (2) data preparation and
+splits belong to the reproduction harness (the bnn target standardises X by its std, not std·√D); (3)
+`extra_points`, `ptb_scale`; (4)-(5) `prior_draws`, `prior_points`, `eigen_floor`; (6) the N·mean likelihood
+plus the unscaled prior (`function_score`); (7) `kernel` (full-matrix median, log(n+1)) and `bandwidth_floor`;
+(8) `methods.directions`; (9) `optimizer`, `pullback`; (10) `noise_init`, `noise_optimizer` and the target's
+noise prior; (11)-(12) schedule and reporting belong to the harness. Not implemented: the paper's per-input
+down-sampling of classes for many-class classifiers (App. B.3); all K outputs are used.
 """
 
 from __future__ import annotations
