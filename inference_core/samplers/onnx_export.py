@@ -102,3 +102,106 @@ def export_onnx(config: dict[str, Any], tensors: dict[str, Tensor]) -> bytes:
     onnx.helper.set_model_props(model, {"parvis.sampler_config": json.dumps(config, sort_keys=True)})
     onnx.checker.check_model(model)
     return model.SerializeToString(deterministic=True)
+
+
+def export_spg_onnx(config: dict[str, Any], tensors: dict[str, Tensor]) -> bytes:
+    """Serialised ONNX ModelProto of an spg sampler (`samplers.spg`), the steps of its `forward`:
+
+        inputs  "x" float32 [m, p] (original units), "eps_h" float32 [n, H], "eps_a" float32 [n, S]
+        output  "samples" float32 [n, m]
+
+    u = (x − x_mean)/x_std; h = q.mean + exp(q.log_std)·eps_h; [μ_a | r] = decoder(h); a = μ_a + (softplus(r) +
+    1e-4)·eps_a; Φᵀ [S, m] from the S basis MLPs run side by side (MatMul broadcast over S); samples =
+    y_mean + y_std·(a Φᵀ). Feed eps_h, eps_a exactly as `SPGSampler.sample_noise(n, seed)` draws them.
+    """
+    try:
+        import onnx
+        from onnx import TensorProto, helper, numpy_helper
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise RuntimeError("ONNX export needs the `onnx` package (pip install onnx)") from exc
+    from inference_core.samplers.spg import SPG_MIN_STD
+    from inference_core.targets.models.network import MLP
+
+    gen = config["generator"]
+    p, S, H = gen["input_dim"], gen["n_basis"], gen["latent_dim"]
+    stats = config["model"].get("standardization") or {}
+    x_mean = np.asarray(stats.get("x_mean") or [0.0] * p, np.float32)
+    x_std = np.asarray(stats.get("x_std") or [1.0] * p, np.float32)
+    y_mean = np.float32(stats["y_mean"] if stats.get("y_mean") is not None else 0.0)
+    y_std = np.float32(stats["y_std"] if stats.get("y_std") is not None else 1.0)
+
+    def const(name: str, value: np.ndarray) -> Any:
+        return numpy_helper.from_array(np.ascontiguousarray(np.asarray(value, np.float32)), name=name)
+
+    def const_i64(name: str, value: list[int]) -> Any:
+        return numpy_helper.from_array(np.asarray(value, np.int64), name=name)
+
+    activations = {gen["decoder_activation"], gen["basis_activation"]}
+    initializers = [const("x_mean", x_mean), const("x_std", x_std), const("y_mean", y_mean),
+                    const("y_std", y_std), const("q_mean", tensors["q.mean"].numpy()),
+                    const("q_std", tensors["q.log_std"].exp().numpy()), const("min_std", np.float32(SPG_MIN_STD)),
+                    const_i64("zero_s", [0]), const_i64("s_s", [S]), const_i64("two_s", [2 * S]),
+                    const_i64("axis1", [1]), const_i64("basis_shape", [S, -1])]
+    if "gelu" in activations:
+        initializers += [const("const_half", np.float32(0.5)), const("const_one", np.float32(1.0)),
+                         const("const_inv_sqrt2", np.float32(1 / math.sqrt(2)))]
+    nodes = [helper.make_node("Sub", ["x", "x_mean"], ["x_centred"], name="centre"),
+             helper.make_node("Div", ["x_centred", "x_std"], ["u"], name="standardise"),
+             helper.make_node("Mul", ["q_std", "eps_h"], ["h_scaled"], name="h_scale"),
+             helper.make_node("Add", ["q_mean", "h_scaled"], ["h"], name="h")]
+    # decoder: Gemm layers on h [n, H] → [n, 2S]
+    current = "h"
+    for layer in range(len(gen["decoder_hidden"])):
+        weight, bias = f"decoder.hidden.{layer}.weight", f"decoder.hidden.{layer}.bias"
+        initializers += [const(weight, tensors[weight].numpy()), const(bias, tensors[bias].numpy())]
+        nodes.append(helper.make_node("Gemm", [current, weight, bias], [f"dec{layer}_pre"], transB=1,
+                                      name=f"dec{layer}_gemm"))
+        nodes += _activation_nodes(helper, gen["decoder_activation"], f"dec{layer}_pre", f"dec{layer}_out",
+                                   f"dec{layer}")
+        current = f"dec{layer}_out"
+    initializers += [const("decoder.output.weight", tensors["decoder.output.weight"].numpy()),
+                     const("decoder.output.bias", tensors["decoder.output.bias"].numpy())]
+    nodes += [
+        helper.make_node("Gemm", [current, "decoder.output.weight", "decoder.output.bias"], ["dec_out"], transB=1,
+                         name="dec_out_gemm"),
+        helper.make_node("Slice", ["dec_out", "zero_s", "s_s", "axis1"], ["a_mean"], name="a_mean"),
+        helper.make_node("Slice", ["dec_out", "s_s", "two_s", "axis1"], ["a_raw"], name="a_raw"),
+        helper.make_node("Softplus", ["a_raw"], ["a_soft"], name="a_softplus"),
+        helper.make_node("Add", ["a_soft", "min_std"], ["a_std"], name="a_std"),
+        helper.make_node("Mul", ["a_std", "eps_a"], ["a_noise"], name="a_noise"),
+        helper.make_node("Add", ["a_mean", "a_noise"], ["a"], name="a"),
+    ]
+    # bases: layer l weights [S, out, in] → MatMul(u [m, in] or [S, m, in], Wᵀ [S, in, out]) + b [S, 1, out]
+    network = MLP(p, gen["basis_hidden"], 1, gen["basis_activation"])
+    layers = network.unpack(tensors["basis.weights"])
+    current = "u"
+    for layer, (weight, bias) in enumerate(layers):
+        w_name, b_name = f"basis.layer{layer}.weight_t", f"basis.layer{layer}.bias"
+        initializers += [const(w_name, weight.transpose(1, 2).numpy()), const(b_name, bias.unsqueeze(1).numpy())]
+        nodes += [helper.make_node("MatMul", [current, w_name], [f"basis{layer}_mm"], name=f"basis{layer}_matmul"),
+                  helper.make_node("Add", [f"basis{layer}_mm", b_name], [f"basis{layer}_pre"], name=f"basis{layer}_add")]
+        current = f"basis{layer}_pre"
+        if layer < len(layers) - 1:
+            nodes += _activation_nodes(helper, gen["basis_activation"], current, f"basis{layer}_out", f"basis{layer}")
+            current = f"basis{layer}_out"
+    nodes += [helper.make_node("Reshape", [current, "basis_shape"], ["phi_t"], name="phi_t"),  # [S, m]
+              helper.make_node("MatMul", ["a", "phi_t"], ["g"], name="g"),
+              helper.make_node("Mul", ["g", "y_std"], ["g_scaled"], name="y_scale"),
+              helper.make_node("Add", ["g_scaled", "y_mean"], [OUTPUT_NAME], name="y_shift")]
+    graph = helper.make_graph(
+        nodes, "parvis_spg_sampler",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["m", p]),
+         helper.make_tensor_value_info("eps_h", TensorProto.FLOAT, ["n", H]),
+         helper.make_tensor_value_info("eps_a", TensorProto.FLOAT, ["n", S])],
+        [helper.make_tensor_value_info(OUTPUT_NAME, TensorProto.FLOAT, ["n", "m"])],
+        initializer=initializers,
+    )
+    model = helper.make_model(
+        graph, producer_name="parvis", producer_version="1", opset_imports=[helper.make_opsetid("", OPSET)],
+        doc_string=("Parvis function-space sampler: function draws [n, m] at inputs x [m, p] from standard-normal "
+                    f"eps_h [n, H] and eps_a [n, S]. Draw them as {config['noise']['draw']}."),
+    )
+    model.ir_version = IR_VERSION
+    onnx.helper.set_model_props(model, {"parvis.sampler_config": json.dumps(config, sort_keys=True)})
+    onnx.checker.check_model(model)
+    return model.SerializeToString(deterministic=True)

@@ -23,7 +23,7 @@ def _distill_optimizer() -> OptimizerOptions:
 
 
 def _posterior_optimizer() -> OptimizerOptions:
-    return OptimizerOptions(name="adam", lr=1e-2)
+    return OptimizerOptions(name="adam", lr=3e-2)
 
 
 class FVIOptions(StrictModel):
@@ -33,12 +33,20 @@ class FVIOptions(StrictModel):
     basis_hidden: list[int] = Field(default_factory=lambda: [32], max_length=4,
                                     description="hidden widths of each basis network φ_s: R^p → R")
     basis_activation: Activation = "tanh"
+    basis_init_scale: float = Field(
+        default=2.0, gt=0, le=1000,
+        description="[inferred] first-layer weights of the bases start N(0, (scale/√p)²) over standardised inputs "
+        "(biases N(0, 1)): larger values start steeper bases, which a step-like prior needs")
     latent_dim: int = Field(default=10, ge=1, le=256, description="H, the dimension of h")
     decoder_hidden: list[int] = Field(default_factory=lambda: [64], max_length=4,
                                       description="hidden widths of the decoder p_θ(a|h) (Gaussian, diagonal)")
     encoder_hidden: list[int] = Field(default_factory=lambda: [64], max_length=4,
                                       description="hidden widths of each PoE expert [f(x_i), x_i] → (μ_i, τ_i)")
     activation: Activation = Field(default="tanh", description="activation of the decoder and the experts")
+    learn_decoder_std: bool = Field(
+        default=False,
+        description="learn the decoder's σ_θ(h) as printed; [inferred] default False holds σ_θ at 1e-4 "
+        "(a = μ_θ(h)): a learnt σ_θ lets the distilled VAE collapse onto it, leaving q_η(h) no hold on f")
     white_noise_init: float = Field(default=0.1, gt=0, le=10,
                                     description="initial σ_ν of the white-noise process ν (learnt in distillation)")
     # ---- phase 1: prior distillation (Alg. 1 lines 1-4, eq. 13) ----
@@ -51,6 +59,11 @@ class FVIOptions(StrictModel):
         default=16, ge=0, le=100_000,
         description="[inferred] extra inputs uniform in the measurement box added to X_O, so the generator also "
         "fits the prior where the KL's OOD points fall (0: X_O from the training inputs only, as printed)")
+    sleep_weight: float = Field(
+        default=1.0, ge=0, le=1000,
+        description="[inferred] weight of the sleep term in distillation: log q̃_λ(h | f) for the surrogate's own "
+        "draws (h ~ p₀), PoE weighted as in J_K, so the encoder behind log Z̃ is calibrated where J uses it "
+        "(0: eq. 13 alone)")
     distill_optimizer: OptimizerOptions = Field(default_factory=_distill_optimizer)
     # ---- phase 2: q_η(h) and the likelihood (Alg. 1 lines 5-8, eq. 20) ----
     optimizer: OptimizerOptions = Field(default_factory=_posterior_optimizer,
@@ -63,6 +76,12 @@ class FVIOptions(StrictModel):
         default=0.1, ge=0, le=10,
         description="[inferred] per-dimension box 𝒯 = training-input range widened by this share of it on "
         "each side (a function_posterior target's own `domain` is used when it has one)")
+    kl_estimator: Literal["guarded", "grid", "latent"] = Field(
+        default="guarded",
+        description="the KL term of eq. 20: 'grid' the (debiased) J_K of eqs. 19-20 as printed; 'latent' its "
+        "upper bound KL(q_η(h) ‖ p₀(h)) (data processing: f is a function of h plus the same white noise in q "
+        "and p̃); [inferred] 'guarded' J_K when it lies in [0, KL(q_η ‖ p₀)], where the true value lies, else "
+        "the bound (an encoder error drives J_K outside, and q_η learns to exploit it: J_K fell to −6e5)")
     debias: bool = Field(default=True, description="Russian-roulette debiasing of J_K (Prop. 7)")
     roulette_p: float = Field(default=0.5, gt=0, lt=1, description="R − K ~ Geom(p), P(R ≥ k) = (1 − p)^(k − K)")
     noise_std_init: float = Field(

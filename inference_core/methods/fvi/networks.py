@@ -3,7 +3,10 @@
 * S basis networks φ_s: R^p → R (eq. 10), held as one flat weight row each and evaluated together by the
   batched `targets.models.network.MLP` (the same code the sampler runs, `samplers.spg.basis_values`);
 * the decoder p_θ(a | h) = N(μ_θ(h), diag σ_θ(h)²), an MLP H → 2S (`samplers.generator.GeneratorNetwork`
-  with λ = 0), σ_θ = softplus + 1e-4 (`samplers.spg.decode`);
+  with λ = 0), σ_θ = softplus + 1e-4 (`samplers.spg.decode`); unless `learn_decoder_std`, the σ half of the
+  output layer is frozen at raw = −20, so σ_θ ≡ 1e-4 and a = μ_θ(h) [inferred]: with a learnt σ_θ the
+  distilled VAE collapses onto it (on boston h explained 1.2 of the prior's variance 8.1, the encoder's mean
+  correlated 0.1 with h), and then q_η(h), the only thing FVI trains, cannot shape the posterior;
 * the white-noise std σ_ν (log-parameterised);
 * the product-of-experts encoder q̃_λ(h | f^X) (eq. 14): one expert MLP [f(x_i), x_i] → (μ_i, τ_i) per
   point, τ_i = softplus(raw) + 1e-6 [inferred], combined with the prior expert by `objective.product_of_experts`.
@@ -24,18 +27,21 @@ from inference_core.schemas.fvi import FVIOptions
 from inference_core.targets.models.network import MLP
 
 _MIN_PRECISION = 1e-6
+_LOG_2PI = math.log(2 * math.pi)
+#: Raw decoder output behind a frozen σ_θ: softplus(−20) ≈ 2e-9, so σ_θ is the sampler's floor 1e-4.
+FROZEN_STD_RAW = -20.0
 
 
-def initial_basis_weights(network: MLP, n_basis: int, generator: torch.Generator) -> Tensor:
-    """[S, D] float64 [inferred]: first layer weights N(0, 4/p) and biases N(0, 1), so the S bases start
+def initial_basis_weights(network: MLP, n_basis: int, generator: torch.Generator, scale: float = 2.0) -> Tensor:
+    """[S, D] float64 [inferred]: first layer weights N(0, scale²/p) and biases N(0, scale²/4), so the S bases start
     with varied slopes and offsets over standardised inputs; later layers N(0, 1/(fan_in + 1)), biases 0."""
     theta = network.initial_weights(n_basis, generator, torch.float64, generator.device)
     fan_out, fan_in = network.layer_shapes()[0]
     weight, bias = network.blocks["layer0.weight"], network.blocks["layer0.bias"]
     theta[:, weight.offset: weight.offset + weight.size] = (
-        torch.randn(n_basis, weight.size, generator=generator, dtype=torch.float64) * (2 / math.sqrt(fan_in)))
+        torch.randn(n_basis, weight.size, generator=generator, dtype=torch.float64) * (scale / math.sqrt(fan_in)))
     theta[:, bias.offset: bias.offset + bias.size] = torch.randn(n_basis, fan_out, generator=generator,
-                                                                 dtype=torch.float64)
+                                                                 dtype=torch.float64) * (scale / 2)
     return theta
 
 
@@ -52,7 +58,7 @@ class StochasticProcessGenerator(nn.Module):
         self.decoder_hidden = list(options.decoder_hidden)
         self.activation = options.activation
         network = MLP(input_dim, self.basis_hidden, 1, self.basis_activation)
-        self.basis_weights = nn.Parameter(initial_basis_weights(network, self.n_basis, generator).float())
+        self.basis_weights = nn.Parameter(initial_basis_weights(network, self.n_basis, generator, options.basis_init_scale).float())
         self.decoder = GeneratorNetwork(input_dim=self.latent_dim, hidden=self.decoder_hidden,
                                         output_dim=2 * self.n_basis, activation=self.activation, lam=0.0,
                                         generator=generator)
@@ -60,6 +66,21 @@ class StochasticProcessGenerator(nn.Module):
                                         output_dim=2 * self.latent_dim, activation=self.activation, lam=0.0,
                                         generator=generator)
         self.log_white_noise = nn.Parameter(torch.tensor(math.log(options.white_noise_init)))
+        if not options.learn_decoder_std:
+            self._freeze_decoder_std()
+
+    def _freeze_decoder_std(self) -> None:
+        """σ_θ(h) ≡ softplus(FROZEN_STD_RAW) + 1e-4: the σ rows of the output layer are zero with bias
+        FROZEN_STD_RAW, and their gradient is masked so no optimiser moves them."""
+        out, S = self.decoder.output, self.n_basis
+        with torch.no_grad():
+            out.weight[S:] = 0.0
+            out.bias[S:] = FROZEN_STD_RAW
+        keep_w = torch.ones_like(out.weight, dtype=torch.bool)
+        keep_w[S:] = False
+        keep_b = torch.arange(out.bias.shape[0]) < S
+        out.weight.register_hook(lambda grad: grad * keep_w.to(grad.device))
+        out.bias.register_hook(lambda grad: grad * keep_b.to(grad.device))
 
     def basis(self, u: Tensor) -> Tensor:
         """Φ [m, S] at inputs u [m, p] (model units)."""
@@ -89,6 +110,17 @@ class StochasticProcessGenerator(nn.Module):
         log_lik = objective.spg_log_likelihood(f, self.basis(u), a_mean, a_std.square(),
                                                self.white_noise_std().square())
         return log_lik - objective.gaussian_kl_to_standard(mean, precision)
+
+    def sleep_log_density(self, u: Tensor, weight: Tensor, h: Tensor, eps_a: Tensor, eps_nu: Tensor) -> Tensor:
+        """log q̃_λ(h | f^u) [M] for SPG draws f = (μ_θ(h) + σ_θ(h) eps_a) Φ(u)ᵀ + σ_ν eps_nu from known h [M, H]
+        (h ~ p₀), with the PoE weighted per point as J_K weighs it (`weight` [m]: N/K on training rows, 1 on
+        the others). Maximising it in λ is the sleep phase of wake-sleep [inferred]: it fits the encoder to
+        the surrogate's own posterior p̃(h | f), which eq. 17 substitutes it for, in the regime J uses it."""
+        with torch.no_grad():
+            a_mean, a_std = self.decode(h)
+            f = (a_mean + a_std * eps_a) @ self.basis(u).T + self.white_noise_std() * eps_nu
+        mean, precision = objective.product_of_experts(*self.experts(f, u), weight)
+        return 0.5 * (precision.log() - precision * (h - mean).square() - _LOG_2PI).sum(-1)
 
     def sampler_tensors(self) -> dict[str, Tensor]:
         """The basis and decoder tensors under the sampler's names (q_η is added by the method)."""
