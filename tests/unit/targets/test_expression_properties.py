@@ -334,8 +334,10 @@ def expression(draw: st.DrawFn, shape: tuple[int, ...], depth: int) -> Gen:
 
 
 def _agree(got: np.ndarray, want: np.ndarray) -> np.ndarray:
-    # rtol leaves room for a few ulps of libm/SLEEF differences amplified through a random composition.
-    return np.isclose(got, want, rtol=1e-7, atol=1e-9, equal_nan=True) | (np.isinf(got) & (got == want))
+    # rtol leaves room for ulp-level libm/SLEEF and BLAS summation-order differences amplified through a random
+    # composition: `dot(x[:-4:-1], A @ exp(square(v3 @ A)))` sums terms of order e^40 to a value of 16, and a
+    # full-suite run once saw 2.8e-6 there (the same example passes alone). A compiler bug is off by O(1).
+    return np.isclose(got, want, rtol=1e-5, atol=1e-9, equal_nan=True) | (np.isinf(got) & (got == want))
 
 
 # Inputs stay away from zero (|v| >= 1e-3): IEEE leaves the sign of some zero results to the implementation
