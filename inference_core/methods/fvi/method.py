@@ -73,7 +73,8 @@ class FVI(Method):
         self.box = self._measurement_box().to(device=device, dtype=self.dtype)
         self.rng = torch.Generator(device="cpu").manual_seed(derive_seed(seed, 1))
         init = torch.Generator(device="cpu").manual_seed(derive_seed(seed, 2))
-        self.spg = StochasticProcessGenerator(self.input_dim, options, init).to(device=device, dtype=self.dtype)
+        self.spg = StochasticProcessGenerator(self.input_dim, options, init, self.box).to(device=device,
+                                                                                           dtype=self.dtype)
         self.q_mean = torch.zeros(options.latent_dim, device=device, dtype=self.dtype, requires_grad=True)
         self.q_log_std = torch.zeros(options.latent_dim, device=device, dtype=self.dtype, requires_grad=True)
         noise = getattr(target, "noise", None)
@@ -177,8 +178,11 @@ class FVI(Method):
         f = self._functions(X, *eps)[0]  # [m]
         n_like, n_kl = like_rows.shape[0], kl_rows.shape[0]
         y = target.y.index_select(0, like_rows)
+        # the likelihood sees g = f − ν unless `posterior_white_noise` (the KL's experts still see f)
+        fit = f[:n_like] if options.posterior_white_noise else (
+            f[:n_like] - self.spg.white_noise_std() * eps[2][0, :n_like])
         noise_var = torch.exp(2 * self.log_noise)
-        log_lik = (N / n_like) * (-0.5 * (y - f[:n_like]).square().sum() / noise_var
+        log_lik = (N / n_like) * (-0.5 * (y - fit).square().sum() / noise_var
                                   - n_like * (self.log_noise + 0.5 * _LOG_2PI))
         bound = objective.gaussian_kl_to_standard(self.q_mean, self.q_precision())
         metrics = {"kl_bound": float(bound.detach())}
@@ -233,7 +237,10 @@ class FVI(Method):
             return self._functions(X, *eps, torch.zeros(n, X.shape[0], device=self.device, dtype=self.dtype))
 
     def predictive_noise_std(self) -> float:
-        """√(σ_π² + σ_ν²): observation noise plus the SPG's white noise, added to draws of g."""
+        """The noise added to draws of g: √(σ_π² + σ_ν²) with `posterior_white_noise`, else σ_π alone (σ_π
+        was then learnt on y − g)."""
+        if not self.options.posterior_white_noise:
+            return self.noise_std()
         return math.sqrt(self.noise_std() ** 2 + float(self.spg.white_noise_std().detach()) ** 2)
 
     def particles(self) -> Tensor:
@@ -241,7 +248,7 @@ class FVI(Method):
         return self.function_draws(self.num_particles, self.target.X)
 
     def fit_metrics(self) -> dict[str, float]:
-        """Predictive fit from `predictive_draws` draws (noise √(σ_π² + σ_ν²) added): training RMSE (model units) and,
+        """Predictive fit from `predictive_draws` draws (noise `predictive_noise_std` added): training RMSE (model units) and,
         when the target has a test part, test RMSE and log-likelihood per point in original units (the UCI
         protocol: log-mean-exp over draws minus log std_y)."""
         n = self.options.predictive_draws
