@@ -37,6 +37,15 @@ class FVIOptions(StrictModel):
         default=2.0, gt=0, le=1000,
         description="[inferred] first-layer weights of the bases start N(0, (scale/√p)²) over standardised inputs "
         "(biases N(0, 1)): larger values start steeper bases, which a step-like prior needs")
+    basis_centres: Literal["origin", "box"] = Field(
+        default="origin",
+        description="[inferred] first-layer units of the bases start 'origin': biases N(0, (scale/2)²) over "
+        "standardised inputs; 'box': centred uniformly in the measurement box 𝒯 with slopes scale/width of 𝒯, "
+        "so each unit changes inside 𝒯")
+    learn_basis_slope: bool = Field(
+        default=False,
+        description="[inferred] learn a log-steepness ρ per first-layer unit of the bases (pre-activation "
+        "e^ρ(w·x + b)), so distillation can sharpen a basis into a step or flatten it quickly")
     latent_dim: int = Field(default=10, ge=1, le=256, description="H, the dimension of h")
     decoder_hidden: list[int] = Field(default_factory=lambda: [64], max_length=4,
                                       description="hidden widths of the decoder p_θ(a|h) (Gaussian, diagonal)")
@@ -84,6 +93,11 @@ class FVIOptions(StrictModel):
         "the bound (an encoder error drives J_K outside, and q_η learns to exploit it: J_K fell to −6e5)")
     debias: bool = Field(default=True, description="Russian-roulette debiasing of J_K (Prop. 7)")
     roulette_p: float = Field(default=0.5, gt=0, lt=1, description="R − K ~ Geom(p), P(R ≥ k) = (1 − p)^(k − K)")
+    posterior_white_noise: bool = Field(
+        default=False,
+        description="keep the SPG's white noise ν in q's draws for the likelihood of eq. 20 and in the predictive "
+        "(√(σ_π² + σ_ν²)); [inferred] default False leaves ν out of both (it stays in J_K's draws): with it σ_π "
+        "learns the residual plus σ_ν², and the predictive counts σ_ν² twice (boston split 0: test NLL 3.11 → 2.88)")
     noise_std_init: float = Field(
         default=0.5, gt=0, le=100,
         description="initial σ_π (model units) when the target's noise is not fixed; then learnt by eq. 20")

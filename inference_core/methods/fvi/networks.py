@@ -32,23 +32,34 @@ _LOG_2PI = math.log(2 * math.pi)
 FROZEN_STD_RAW = -20.0
 
 
-def initial_basis_weights(network: MLP, n_basis: int, generator: torch.Generator, scale: float = 2.0) -> Tensor:
-    """[S, D] float64 [inferred]: first layer weights N(0, scale²/p) and biases N(0, scale²/4), so the S bases start
-    with varied slopes and offsets over standardised inputs; later layers N(0, 1/(fan_in + 1)), biases 0."""
+def initial_basis_weights(network: MLP, n_basis: int, generator: torch.Generator, scale: float = 2.0,
+                          box: Tensor | None = None) -> Tensor:
+    """[S, D] float64 [inferred]: later layers N(0, 1/(fan_in + 1)), biases 0; the first layer either
+    * box is None: weights N(0, scale²/p) and biases N(0, scale²/4), so the S bases start with varied slopes
+      and offsets over standardised inputs, or
+    * box [p, 2] given: weights N(0, scale²/p) divided per input by the box's width, and biases −w·c with the
+      centres c uniform in the box, so every first-layer unit changes inside the box (a step-like prior needs
+      its jumps there) and `scale` is the steepness per box width."""
     theta = network.initial_weights(n_basis, generator, torch.float64, generator.device)
     fan_out, fan_in = network.layer_shapes()[0]
     weight, bias = network.blocks["layer0.weight"], network.blocks["layer0.bias"]
-    theta[:, weight.offset: weight.offset + weight.size] = (
-        torch.randn(n_basis, weight.size, generator=generator, dtype=torch.float64) * (scale / math.sqrt(fan_in)))
-    theta[:, bias.offset: bias.offset + bias.size] = torch.randn(n_basis, fan_out, generator=generator,
-                                                                 dtype=torch.float64) * (scale / 2)
+    w = torch.randn(n_basis, fan_out, fan_in, generator=generator, dtype=torch.float64) * (scale / math.sqrt(fan_in))
+    if box is None:
+        b = torch.randn(n_basis, fan_out, generator=generator, dtype=torch.float64) * (scale / 2)
+    else:
+        low, width = box[:, 0].double(), (box[:, 1] - box[:, 0]).double()
+        w = w / width
+        centres = low + width * torch.rand(n_basis, fan_out, fan_in, generator=generator, dtype=torch.float64)
+        b = -(w * centres).sum(-1)
+    theta[:, weight.offset: weight.offset + weight.size] = w.reshape(n_basis, -1)
+    theta[:, bias.offset: bias.offset + bias.size] = b
     return theta
 
 
 class StochasticProcessGenerator(nn.Module):
     """Basis networks, decoder, σ_ν and the PoE encoder of an SPG over functions R^p → R."""
 
-    def __init__(self, input_dim: int, options: FVIOptions, generator: torch.Generator):
+    def __init__(self, input_dim: int, options: FVIOptions, generator: torch.Generator, box: Tensor | None = None):
         super().__init__()
         self.input_dim = input_dim
         self.n_basis = options.n_basis
@@ -58,7 +69,14 @@ class StochasticProcessGenerator(nn.Module):
         self.decoder_hidden = list(options.decoder_hidden)
         self.activation = options.activation
         network = MLP(input_dim, self.basis_hidden, 1, self.basis_activation)
-        self.basis_weights = nn.Parameter(initial_basis_weights(network, self.n_basis, generator, options.basis_init_scale).float())
+        self.basis_network = network
+        centred = box if options.basis_centres == "box" else None
+        self.basis_weights = nn.Parameter(
+            initial_basis_weights(network, self.n_basis, generator, options.basis_init_scale, centred).float())
+        # log-steepness ρ of each first-layer unit, pre-activation e^ρ (w·x + b) [inferred]: Adam moves ρ
+        # additively, so a basis can turn into a step (or flatten) in a few hundred steps.
+        self.basis_log_slope = nn.Parameter(torch.zeros(self.n_basis, self.basis_hidden[0] if self.basis_hidden else 1),
+                                            requires_grad=options.learn_basis_slope)
         self.decoder = GeneratorNetwork(input_dim=self.latent_dim, hidden=self.decoder_hidden,
                                         output_dim=2 * self.n_basis, activation=self.activation, lam=0.0,
                                         generator=generator)
@@ -82,9 +100,22 @@ class StochasticProcessGenerator(nn.Module):
         out.weight.register_hook(lambda grad: grad * keep_w.to(grad.device))
         out.bias.register_hook(lambda grad: grad * keep_b.to(grad.device))
 
+    def effective_basis_weights(self) -> Tensor:
+        """[S, D] flat basis weights with the steepness e^ρ folded into the first layer (what the sampler stores)."""
+        if not self.basis_hidden:
+            return self.basis_weights
+        weight, bias = self.basis_network.blocks["layer0.weight"], self.basis_network.blocks["layer0.bias"]
+        slope = self.basis_log_slope.exp()  # [S, h0]
+        fan_in = self.input_dim
+        return torch.cat([
+            (self.basis_weights[:, weight.offset: weight.offset + weight.size].reshape(self.n_basis, -1, fan_in)
+             * slope.unsqueeze(-1)).reshape(self.n_basis, -1),
+            self.basis_weights[:, bias.offset: bias.offset + bias.size] * slope,
+            self.basis_weights[:, bias.offset + bias.size:]], dim=1)
+
     def basis(self, u: Tensor) -> Tensor:
         """Φ [m, S] at inputs u [m, p] (model units)."""
-        return basis_values(self.basis_weights, u, self.basis_hidden, self.basis_activation)
+        return basis_values(self.effective_basis_weights(), u, self.basis_hidden, self.basis_activation)
 
     def decode(self, h: Tensor) -> tuple[Tensor, Tensor]:
         """(μ_a, σ_a) [n, S] of p_θ(a | h)."""
@@ -124,6 +155,6 @@ class StochasticProcessGenerator(nn.Module):
 
     def sampler_tensors(self) -> dict[str, Tensor]:
         """The basis and decoder tensors under the sampler's names (q_η is added by the method)."""
-        tensors = {"basis.weights": self.basis_weights.detach()}
+        tensors = {"basis.weights": self.effective_basis_weights().detach()}
         tensors.update({f"decoder.{name}": p.detach() for name, p in self.decoder.named_parameters()})
         return tensors

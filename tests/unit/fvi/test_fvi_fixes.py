@@ -71,3 +71,38 @@ def test_guarded_kl_uses_j_inside_its_bounds_and_the_bound_outside() -> None:
             seen.add(inside)
         if estimator != "latent":
             assert seen == {True, False}, seen  # both branches met (a q_η away from p₀ puts J_K out of bounds)
+
+
+def test_box_centred_units_change_inside_the_box_and_a_learnt_slope_reaches_the_sampler() -> None:
+    m = method(basis_centres="box", learn_basis_slope=True, basis_hidden=[5])
+    weights = m.spg.basis_weights.detach().double()
+    w, b = weights[:, :5], weights[:, 5:10]  # layer0.weight [5, 1] then layer0.bias [5] (1-D input)
+    centres = -b / w
+    low, high = m.box[0, 0].item(), m.box[0, 1].item()
+    assert bool(((centres >= low) & (centres <= high)).all())
+    for _ in range(25):  # 20 distillation steps move ρ, then 5 posterior steps
+        m.step()
+    assert float(m.spg.basis_log_slope.detach().abs().max()) > 0
+    # independent of effective_basis_weights: the first layer by hand, e^ρ (w x + b), then the rest of the MLP
+    u = m.target.X[:6].double()
+    rho = m.spg.basis_log_slope.detach().double()
+    weights = m.spg.basis_weights.detach().double()
+    hidden = torch.tanh(rho.exp()[:, None, :] * (u[None] * weights[:, None, :5] + weights[:, None, 5:10]))
+    out = (hidden * weights[:, None, 10:15]).sum(-1) + weights[:, None, 15]  # [S, m]
+    torch.testing.assert_close(m.spg.basis(u.float()).detach().double(), out.T, rtol=1e-4, atol=1e-5)
+    sampler = m.sampler()
+    x = np.array([[0.1], [1.3]])
+    eps_h, eps_a = sampler.sample_noise(4, 3)
+    with torch.no_grad():
+        ours = m._functions(torch.as_tensor(x, dtype=torch.float32), eps_h, eps_a, torch.zeros(4, 2))
+    torch.testing.assert_close(sampler.sample(4, 3, x), ours, rtol=1e-5, atol=1e-5)
+
+
+def test_white_noise_is_left_out_of_the_predictive_unless_asked() -> None:
+    for keep in (False, True):
+        m = method(posterior_white_noise=keep)
+        for _ in range(22):
+            m.step()
+        nu, pi = float(m.spg.white_noise_std()), m.noise_std()
+        expected = np.hypot(pi, nu) if keep else pi
+        assert abs(m.predictive_noise_std() - expected) < 1e-9
