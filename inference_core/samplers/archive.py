@@ -166,3 +166,16 @@ def read_weights(weights: bytes, expected: dict[str, tuple[int, ...]]) -> dict[s
         if not bool(torch.isfinite(tensor).all()):
             raise _reject(f"tensor {name!r} holds NaN or infinite values")
     return tensors
+
+
+def frozen_tensors(expected: dict[str, tuple[int, ...]], tensors: dict[str, Tensor]) -> dict[str, Tensor]:
+    """float32 CPU copies of `tensors`, which must be exactly the names and shapes a config expects."""
+    if set(tensors) != set(expected):
+        raise ValueError(f"tensors {sorted(tensors)} do not match the config's {sorted(expected)}")
+    frozen: dict[str, Tensor] = {}
+    for name, shape in expected.items():
+        tensor = tensors[name]
+        if not isinstance(tensor, Tensor) or tuple(tensor.shape) != shape:
+            raise ValueError(f"tensor {name!r} must have shape {list(shape)}")
+        frozen[name] = tensor.detach().to(device="cpu", dtype=torch.float32).contiguous().clone()
+    return frozen

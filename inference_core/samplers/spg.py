@@ -71,15 +71,7 @@ class SPGSampler:
         parsed = validate_config(config)
         if not isinstance(parsed, SPGSamplerConfig):
             raise ValueError("SPGSampler needs a config with generator kind 'spg'")
-        expected = parsed.generator.shapes()
-        if set(tensors) != set(expected):
-            raise ValueError(f"tensors {sorted(tensors)} do not match the config's {sorted(expected)}")
-        frozen: dict[str, Tensor] = {}
-        for name, shape in expected.items():
-            tensor = tensors[name]
-            if not isinstance(tensor, Tensor) or tuple(tensor.shape) != shape:
-                raise ValueError(f"tensor {name!r} must have shape {list(shape)}")
-            frozen[name] = tensor.detach().to(device="cpu", dtype=torch.float32).contiguous().clone()
+        frozen = archive.frozen_tensors(parsed.generator.shapes(), tensors)
         self._parsed = parsed
         self._config = parsed.model_dump(mode="json")
         self._tensors = frozen

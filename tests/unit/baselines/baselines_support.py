@@ -3,13 +3,8 @@ regression data set, and a run-loop hook that checkpoints through the real seria
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import torch
-
-from inference_core.serialization import state_to_bytes
-from inference_core.training import RunHooks
 
 MEAN = [1.0, -2.0, 0.5]
 COV = [[1.0, 0.6, 0.2], [0.6, 2.0, -0.3], [0.2, -0.3, 0.5]]
@@ -29,19 +24,3 @@ def regression_data(n: int = 40, seed: int = 0) -> dict[str, list]:
     return {"X": x.tolist(), "y": (np.sin(3 * x[:, 0]) + 0.1 * rng.normal(size=n)).tolist()}
 
 
-class StopAt(RunHooks):
-    """Stops before step `step + 1`; keeps every checkpoint as serialised bytes (as the worker stores them)."""
-
-    def __init__(self, step: int):
-        self.step = step
-        self.current = 0
-        self.checkpoints: dict[int, bytes] = {}
-
-    def on_step(self, step: int, total_steps: int, metrics: dict[str, float]) -> None:
-        self.current = step
-
-    def save_checkpoint(self, step: int, state: dict[str, Any]) -> None:
-        self.checkpoints[step] = state_to_bytes(state)
-
-    def should_stop(self) -> str | None:
-        return "preempted" if self.current >= self.step else None

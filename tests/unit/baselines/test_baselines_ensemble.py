@@ -7,12 +7,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from baselines_support import GAUSSIAN, StopAt, exact_moments
+from baselines_support import GAUSSIAN, exact_moments
 
 from inference_core import errors, run
 from inference_core.serialization import state_from_bytes
 from inference_core.spec import validate_job_spec
 from inference_core.training import build_method
+from tests.support.resume import StopAt
 
 NO_EVAL = {"ksd": False, "mmd": False}
 RNG = np.random.default_rng(4)

@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from baselines_support import GAUSSIAN, StopAt, exact_moments
+from baselines_support import GAUSSIAN, exact_moments
 from scipy import stats
 
 from inference_core import errors, run
@@ -18,6 +18,7 @@ from inference_core.methods.baselines import mcmc
 from inference_core.serialization import state_from_bytes
 from inference_core.spec import validate_job_spec
 from inference_core.training import build_method
+from tests.support.resume import StopAt
 
 NO_EVAL = {"ksd": False, "mmd": False}
 

@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from baselines_support import GAUSSIAN, StopAt, exact_moments, regression_data
+from baselines_support import GAUSSIAN, exact_moments, regression_data
 
 from inference_core import errors, run
 from inference_core.methods.baselines import mfvi as mfvi_module
@@ -15,6 +15,7 @@ from inference_core.samplers import load
 from inference_core.serialization import state_from_bytes
 from inference_core.spec import validate_job_spec
 from inference_core.training import build_method
+from tests.support.resume import StopAt
 
 NO_EVAL = {"ksd": False, "mmd": False}
 

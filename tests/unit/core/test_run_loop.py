@@ -13,7 +13,8 @@ from inference_core.methods.base import ParticleMethod
 from inference_core.schemas.methods import ParticleMethodOptions
 from inference_core.serialization import state_from_bytes, state_to_bytes
 from inference_core.targets.base import Target
-from inference_core.training import RunHooks, check_target_finite
+from inference_core.training import check_target_finite
+from tests.support.resume import StopAt
 
 MEAN = [1.0, -2.0]
 COV = [[1.0, 0.8], [0.8, 2.0]]
@@ -35,20 +36,6 @@ def test_svgd_recovers_mean_and_covariance_against_numpy() -> None:
     assert result.stopped is None and result.steps_completed == 1500
 
 
-class StopAt(RunHooks):
-    def __init__(self, step: int):
-        self.step = step
-        self.current = 0
-        self.checkpoints: list[int] = []
-
-    def on_step(self, step: int, total_steps: int, metrics: dict[str, float]) -> None:
-        self.current = step
-
-    def save_checkpoint(self, step: int, state: dict[str, Any]) -> None:
-        self.checkpoints.append(step)
-
-    def should_stop(self) -> str | None:
-        return "preempted" if self.current >= self.step else None
 
 
 @pytest.mark.parametrize("optimizer", ["adam", "sgd", "adagrad_momentum"])
@@ -57,7 +44,7 @@ def test_resume_from_a_checkpoint_is_bit_identical(optimizer: str) -> None:
     straight = run(spec(120, options=options, checkpoint_every=40))
     hooks = StopAt(70)
     first = run(spec(120, options=options, checkpoint_every=40), hooks=hooks)
-    assert first.stopped == "preempted" and first.steps_completed == 70 and hooks.checkpoints == [40]
+    assert first.stopped == "preempted" and first.steps_completed == 70 and list(hooks.checkpoints) == [40]
     state = state_from_bytes(state_to_bytes(first.method.state_dict()))
     resumed = run(spec(120, options=options, checkpoint_every=40), resume_state=state)
     assert resumed.steps_completed == 120

@@ -12,10 +12,11 @@ from fpovi_support import X3, Y3, build, regression_target_spec
 
 from inference_core import errors, run
 from inference_core.catalog import METHODS, resolve
-from inference_core.serialization import state_from_bytes, state_to_bytes
+from inference_core.serialization import state_from_bytes
 from inference_core.spec import validate_job_spec
 from inference_core.targets import BuildContext, build_target
-from inference_core.training import RunHooks, build_method
+from inference_core.training import build_method
+from tests.support.resume import StopAt
 
 FPOVI = ["fsvgd", "fwsgld", "fpisgld"]
 
@@ -27,20 +28,6 @@ def job(name: str, target: dict[str, Any], options: dict[str, Any] | None = None
             "eval": {"ksd": False, "mmd": False}}
 
 
-class StopAt(RunHooks):
-    def __init__(self, step: int):
-        self.step = step
-        self.current = 0
-        self.checkpoints: dict[int, bytes] = {}
-
-    def on_step(self, step: int, total_steps: int, metrics: dict[str, float]) -> None:
-        self.current = step
-
-    def save_checkpoint(self, step: int, state: dict[str, Any]) -> None:
-        self.checkpoints[step] = state_to_bytes(state)
-
-    def should_stop(self) -> str | None:
-        return "preempted" if self.current >= self.step else None
 
 
 @pytest.mark.parametrize("name", FPOVI)

@@ -11,7 +11,7 @@ from inference_core import errors, run
 from inference_core.catalog import METHODS
 from inference_core.samplers import load
 from inference_core.serialization import state_from_bytes, state_to_bytes
-from inference_core.training import RunHooks
+from tests.support.resume import StopAt
 
 GENERATIVE = sorted(name for name, info in METHODS.items() if info.family == "generative")
 GAUSSIAN = {"kind": "gaussian", "mean": [0.5, -1.0, 0.2], "cov": [[1.0, 0.3, 0.0], [0.3, 2.0, 0.1], [0.0, 0.1, 0.5]]}
@@ -37,15 +37,6 @@ def spec(method: str, options: dict | None = None, target: dict | None = None, s
     return out
 
 
-class StopAt(RunHooks):
-    def __init__(self, step: int):
-        self.step, self.current = step, 0
-
-    def on_step(self, step: int, total_steps: int, metrics: dict[str, float]) -> None:
-        self.current = step
-
-    def should_stop(self) -> str | None:
-        return "preempted" if self.current >= self.step else None
 
 
 VARIANTS = [(name, {}) for name in GENERATIVE] + [

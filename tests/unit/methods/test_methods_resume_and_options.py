@@ -15,10 +15,11 @@ from inference_core.catalog import METHODS, resolve
 from inference_core.kernels import RBF
 from inference_core.methods.kernel_sums import cross_median_bandwidth
 from inference_core.methods.speedups import induced_ksd
-from inference_core.serialization import state_from_bytes, state_to_bytes
+from inference_core.serialization import state_from_bytes
 from inference_core.spec import validate_job_spec
 from inference_core.targets.base import Target
-from inference_core.training import RunHooks, build_method
+from inference_core.training import build_method
+from tests.support.resume import StopAt
 
 PARTICLE_METHODS = sorted(name for name, info in METHODS.items() if info.family == "particle")
 X, Y = blr_data(50, 3, seed=2)
@@ -48,20 +49,6 @@ def spec(name: str, options: dict[str, Any], steps: int = 12) -> dict[str, Any]:
             "checkpoint_every": 4, "eval": {"ksd": False, "mmd": False}}
 
 
-class StopAt(RunHooks):
-    def __init__(self, step: int):
-        self.step = step
-        self.current = 0
-        self.checkpoints: dict[int, bytes] = {}
-
-    def on_step(self, step: int, total_steps: int, metrics: dict[str, float]) -> None:
-        self.current = step
-
-    def save_checkpoint(self, step: int, state: dict[str, Any]) -> None:
-        self.checkpoints[step] = state_to_bytes(state)
-
-    def should_stop(self) -> str | None:
-        return "preempted" if self.current >= self.step else None
 
 
 @pytest.mark.parametrize(("name", "options"), VARIANTS, ids=[f"{n}-{i}" for i, (n, _) in enumerate(VARIANTS)])
