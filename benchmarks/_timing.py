@@ -35,6 +35,18 @@ def median_seconds(fn: Callable[[], object], *, warmup: int = 3, repeats: int = 
     return statistics.median(times)
 
 
+def timed_calls(fn: Callable[[], object], repeats: int, warmup: int = 3) -> list[float]:
+    """Wall seconds of `repeats` calls of fn after `warmup` untimed ones (for latency percentiles)."""
+    for _ in range(warmup):
+        fn()
+    out = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - started)
+    return out
+
+
 def cpu_model() -> str:
     try:
         text = Path("/proc/cpuinfo").read_text()

@@ -23,7 +23,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._timing import cpu_model, load_average, replace_section  # noqa: E402
+from benchmarks._timing import cpu_model, load_average, replace_section, timed_calls  # noqa: E402
 
 DATASET = "uci:bostonHousing:split=0"
 N_INPUTS = 1000
@@ -39,17 +39,6 @@ NOTE = (
     'about 3 ms is the client encoding the 13,000 input numbers and 2.5 ms the server decoding them; '
     'the rest (in-process client, database reads, thread hand-offs) was not broken down further.'
 )
-
-
-def timed(fn, repeats: int) -> list[float]:  # noqa: ANN001
-    for _ in range(3):
-        fn()
-    out = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - started)
-    return out
 
 
 def summary(times: list[float]) -> tuple[float, float]:
@@ -105,11 +94,11 @@ def main() -> None:
             def call() -> None:
                 client.post(url, json={"x": x, "seed": next(seeds)}).raise_for_status()
 
-            route = summary(timed(call, args.repeats))
+            route = summary(timed_calls(call, args.repeats))
             predictor = next(value for key, value in client.app.state.sampler_cache._entries.items()
                              if key.startswith("predict:"))
-            core = summary(timed(lambda: predictor.predict(x, seed=next(seeds)), args.repeats))
-            draws = summary(timed(lambda: predictor.regression_draws(x, 100, next(seeds)), args.repeats))
+            core = summary(timed_calls(lambda: predictor.predict(x, seed=next(seeds)), args.repeats))
+            draws = summary(timed_calls(lambda: predictor.regression_draws(x, 100, next(seeds)), args.repeats))
 
     generator = config["generator"]
     lines = [

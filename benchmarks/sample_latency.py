@@ -19,19 +19,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._timing import cpu_model, load_average, replace_section  # noqa: E402
+from benchmarks._timing import cpu_model, load_average, replace_section, timed_calls  # noqa: E402
 from tests.support.stack import Stack  # noqa: E402
-
-
-def timed(fn, repeats: int) -> list[float]:  # noqa: ANN001
-    for _ in range(3):
-        fn()
-    out = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - started)
-    return out
 
 
 def main() -> None:
@@ -64,7 +53,7 @@ def main() -> None:
                     response = stack.client.post(url, json={"n": 10_000, "seed": next(seeds)}, headers=headers)
                     response.raise_for_status()
 
-                times = timed(call, args.repeats)
+                times = timed_calls(call, args.repeats)
                 rows.append((label, statistics.median(times), sorted(times)[int(0.9 * len(times))]))
         finally:
             stack.stop()

@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from inference_core.samplers import archive
+from inference_core.samplers.base import FrozenSampler
 from inference_core.samplers.config import (
     FORMAT,
     FORMAT_VERSION,
@@ -39,7 +40,7 @@ def _check_count(n: Any, seed: Any) -> None:
         raise ValueError(f"seed must be an integer in [0, 2^63), got {seed!r}")
 
 
-class Sampler:
+class Sampler(FrozenSampler):
     """A generator's config (JSON-ready dict) and float32 CPU tensors; rebuilt from those two only."""
 
     #: Draws need no inputs (function-space samplers, `samplers.spg.SPGSampler`, take x).
@@ -78,15 +79,6 @@ class Sampler:
         return cls(config, network.tensors())
 
     # ---- description -------------------------------------------------------------------------------------
-
-    @property
-    def config(self) -> dict[str, Any]:
-        """The JSON-serialisable config (a copy)."""
-        return validate_config(self._config).model_dump(mode="json")
-
-    def tensors(self) -> dict[str, Tensor]:
-        """Name → float32 CPU tensor (clones)."""
-        return {name: t.clone() for name, t in self._tensors.items()}
 
     @property
     def noise_dim(self) -> int:

@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from inference_core.samplers import archive
+from inference_core.samplers.base import FrozenSampler
 from inference_core.samplers.config import (
     FORMAT,
     FORMAT_VERSION,
@@ -62,7 +63,7 @@ def _decoder_tensors(tensors: dict[str, Tensor]) -> dict[str, Tensor]:
     return {name.removeprefix("decoder."): t for name, t in tensors.items() if name.startswith("decoder.")}
 
 
-class SPGSampler:
+class SPGSampler(FrozenSampler):
     """An spg config (JSON-ready dict) and float32 CPU tensors; rebuilt from those two only."""
 
     takes_inputs = True
@@ -93,13 +94,6 @@ class SPGSampler:
         return cls(config, tensors)
 
     # ---- description -------------------------------------------------------------------------------------
-
-    @property
-    def config(self) -> dict[str, Any]:
-        return validate_config(self._config).model_dump(mode="json")
-
-    def tensors(self) -> dict[str, Tensor]:
-        return {name: t.clone() for name, t in self._tensors.items()}
 
     @property
     def input_dim(self) -> int:
