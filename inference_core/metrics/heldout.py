@@ -7,7 +7,8 @@ of a generative method's sampler with seed HELDOUT_SEED (the sampler's own strea
 * regression, in the original units of y: `test_rmse` of the predictive mean and `test_ll`, the mean over
   test points of log (1/n) Σ_i N(y_j; f_i(x_j), σ_i²) (`metrics.regression`);
 * classification: `test_accuracy` of the arg-max of the predictive probabilities p̄ = (1/n) Σ_i softmax(f_i)
-  and `test_nll` = −(1/m) Σ_j log p̄_{y_j}(x_j).
+  and `test_nll` = −(1/m) Σ_j log p̄_{y_j}(x_j), and `test_ece`, the expected calibration error of p̄ in
+  HELDOUT_ECE_BINS equal-width confidence bins (`metrics.classification.expected_calibration_error`).
 """
 
 from __future__ import annotations
@@ -17,12 +18,15 @@ from typing import Any
 
 import torch
 
+from inference_core.metrics.classification import expected_calibration_error
 from inference_core.metrics.regression import mixture_log_likelihood, rmse
 from inference_core.prediction.ensemble import EnsemblePredictor
 from inference_core.prediction.predictive import PredictionUnsupported, predictor_for_method
 
 HELDOUT_DRAWS = 100
 HELDOUT_SEED = 0
+#: ECE bins (Guo et al. 2017's and the GPVI paper's Appendix E: 15).
+HELDOUT_ECE_BINS = 15
 KINDS = ("bnn", "function_posterior")
 
 
@@ -60,5 +64,6 @@ def heldout_metrics(method: Any) -> dict[str, float]:
         labels = y.to(torch.int64)
         picked = probs.gather(1, labels.unsqueeze(1)).squeeze(1)
         metrics = {"test_accuracy": float((probs.argmax(1) == labels).to(torch.float64).mean()),
-                   "test_nll": float(-torch.log(picked).mean())}
+                   "test_nll": float(-torch.log(picked).mean()),
+                   "test_ece": expected_calibration_error(probs, labels, n_bins=HELDOUT_ECE_BINS)}
     return {name: value for name, value in metrics.items() if math.isfinite(value)}

@@ -28,7 +28,8 @@ class GeneratorOptions(StrictModel):
 
     `hidden: []` is a linear generator (the paper's Gaussian and BLR experiments). `lambda` (JSON key)
     defaults to: GPVI 1.0 when k < d (paper §3.2), none (λ = 0, f = g) when k = d (ALF); for targets with
-    their own initialisation (BNN hypernetworks) 0.1 when k < d (ALF's MNIST hypernetwork); amortised
+    their own initialisation (BNN hypernetworks) 0.01 when k < d (ALF's MNIST hypernetwork has 0.1, a floor
+    of 0.1 on every weight's sd: docs/reproduction.md, GPVI BNN section); amortised
     methods 0 (noise of width k). With λ > 0 the noise has d columns, else k.
     """
 

@@ -46,7 +46,8 @@ class _GPVIBase(GenerativeMethod):
         self.expectation_particles = expectation_size(options, num_particles)
 
     def default_lambda(self, k: int, d: int, own_init: bool) -> float:
-        """Paper §3.2: λ = 1; no λ term when k = d (ALF: f = g, J_f = J_g); BNN-like targets 0.1 (ALF)."""
+        """Paper §3.2: λ = 1; no λ term when k = d (ALF: f = g, J_f = J_g); BNN-like targets
+        HYPERNETWORK_LAMBDA (0.01; ALF's 0.1 floors every weight's sd at 0.1)."""
         if k == d:
             return 0.0
         return HYPERNETWORK_LAMBDA if own_init else 1.0

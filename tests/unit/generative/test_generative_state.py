@@ -9,6 +9,7 @@ import torch
 
 from inference_core import errors, run
 from inference_core.catalog import METHODS
+from inference_core.methods.generative.base import HYPERNETWORK_LAMBDA
 from inference_core.samplers import load
 from inference_core.serialization import state_from_bytes, state_to_bytes
 from tests.support.resume import StopAt
@@ -154,12 +155,12 @@ def test_a_trainable_lambda_moves() -> None:
 def test_a_bnn_hypernetwork_starts_at_the_targets_initialisation_scale() -> None:
     target = {"kind": "bnn", "dataset": BLR_DATA, "hidden": [6], "task": "regression"}
     method = build("gpvi", {"generator": {"hidden": [16], "noise_dim": 4}}, target)
-    assert method.init_matched and method.network.lam_float() == pytest.approx(0.1)
+    assert method.init_matched and method.network.lam_float() == pytest.approx(HYPERNETWORK_LAMBDA)
     draws = method.sampler().sample(4000, 0).double()
     reference = method.target.initial_particles(4000, torch.Generator().manual_seed(9)).double()
     assert draws.shape == reference.shape == (4000, method.target.dim)
     # per-coordinate spread: max(s, λ) of the target's init, within sampling error
-    expected = torch.maximum(reference.std(0), torch.tensor(0.1, dtype=torch.float64))
+    expected = torch.maximum(reference.std(0), torch.tensor(HYPERNETWORK_LAMBDA, dtype=torch.float64))
     torch.testing.assert_close(draws.std(0), expected, atol=0.05, rtol=0.15)
     torch.testing.assert_close(draws.mean(0), reference.mean(0), atol=0.06, rtol=0)
     layout = method.sampler().config["layout"]

@@ -35,7 +35,7 @@ def test_mixture_log_likelihood_matches_scipy() -> None:
     assert float(far[0]) == pytest.approx(expected, rel=1e-12)
 
 
-def test_classification_run_reports_held_out_accuracy_and_nll() -> None:
+def test_classification_run_reports_held_out_accuracy_nll_and_ece() -> None:
     rng = np.random.default_rng(1)
 
     def draw(n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -57,3 +57,12 @@ def test_classification_run_reports_held_out_accuracy_and_nll() -> None:
     assert result.final_metrics["test_nll"] == pytest.approx(-np.mean(np.log(probs[np.arange(150), y_test])),
                                                              rel=1e-6)
     assert result.final_metrics["test_accuracy"] > 0.7
+    # ECE (Guo et al. 2017, eq. 3) by an explicit loop over the 15 bins ((m-1)/15, m/15] of the confidence.
+    confidence, correct = probs.max(1), probs.argmax(1) == y_test
+    ece = 0.0
+    for m in range(15):
+        in_bin = (confidence > m / 15) & (confidence <= (m + 1) / 15)
+        if in_bin.any():
+            ece += in_bin.mean() * abs(correct[in_bin].mean() - confidence[in_bin].mean())
+    assert ece > 0.0
+    assert result.final_metrics["test_ece"] == pytest.approx(ece, rel=1e-5, abs=1e-9)
