@@ -96,7 +96,7 @@ class FVI(Method):
         self.noise_trainable = fixed is None
         start = math.log(options.noise_std_init if fixed is None else fixed)
         self.log_noise = torch.tensor(start, device=device, dtype=self.dtype, requires_grad=self.noise_trainable)
-        self.distill_optimizer = build_optimizer(list(self.spg.parameters()), options.distill_optimizer)
+        self.distill_optimizer = build_optimizer(self.spg.trainable, options.distill_optimizer)
         posterior = [self.q_mean, self.q_log_std] + ([self.log_noise] if self.noise_trainable else [])
         self.optimizer = build_optimizer(posterior, options.optimizer)
 
@@ -155,7 +155,7 @@ class FVI(Method):
         f = self._prior_functions(options.distill_functions, X).to(device=self.device, dtype=self.dtype)
         noise = torch.randn(options.distill_functions, options.latent_dim, generator=self.rng,
                             dtype=torch.float64).to(device=self.device, dtype=self.dtype)
-        self.spg.requires_grad_(True)
+        self.spg.set_trainable(True)
         loss = -self.spg.distillation_elbo(f, X, noise).mean() / X.shape[0]
         metrics = {"phase": 1.0, "distill_loss": float(loss.detach())}
         if options.sleep_weight > 0:
@@ -187,7 +187,7 @@ class FVI(Method):
         X = torch.cat([target.X.index_select(0, like_rows), target.X.index_select(0, kl_rows), ood])
         eps = [torch.randn(1, size, generator=self.rng, dtype=torch.float64).to(device=self.device, dtype=self.dtype)
                for size in (options.latent_dim, options.n_basis, X.shape[0])]
-        self.spg.requires_grad_(False)
+        self.spg.set_trainable(False)
         f = self._functions(X, *eps)[0]  # [m]
         n_like, n_kl = like_rows.shape[0], kl_rows.shape[0]
         y = target.y.index_select(0, like_rows)

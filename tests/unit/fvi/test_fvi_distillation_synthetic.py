@@ -41,7 +41,7 @@ def true_spg(method) -> StochasticProcessGenerator:
     """Same architecture, other initialisation, decoder weights doubled so a(h) varies O(1); σ_ν = TRUE_NU."""
     truth = StochasticProcessGenerator(1, method.options, torch.Generator().manual_seed(123), method.box)
     with torch.no_grad():
-        for name, p in truth.decoder.named_parameters():
+        for p in truth.decoder.parameters():
             p.mul_(2.0)
         truth._freeze_decoder_std()  # re-impose σ_θ ≡ 1e-4 after the scaling
         truth.log_white_noise.fill_(math.log(TRUE_NU))
