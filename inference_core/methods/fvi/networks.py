@@ -83,9 +83,18 @@ class StochasticProcessGenerator(nn.Module):
         self.encoder = GeneratorNetwork(input_dim=1 + input_dim, hidden=list(options.encoder_hidden),
                                         output_dim=2 * self.latent_dim, activation=self.activation, lam=0.0,
                                         generator=generator)
-        self.log_white_noise = nn.Parameter(torch.tensor(math.log(options.white_noise_init)))
+        self.log_white_noise = nn.Parameter(torch.tensor(math.log(options.white_noise_init)),
+                                            requires_grad=options.learn_white_noise)
         if not options.learn_decoder_std:
             self._freeze_decoder_std()
+        #: parameters distillation trains; the held ones (σ_ν, the slopes unless asked) keep requires_grad False
+        self.trainable = [p for p in self.parameters() if p.requires_grad]
+
+    def set_trainable(self, flag: bool) -> None:
+        """Switch gradients of the distilled parameters only: `requires_grad_(True)` on the module would also
+        switch on the held ones (it silently trained the basis slopes with learn_basis_slope False)."""
+        for p in self.trainable:
+            p.requires_grad_(flag)
 
     def _freeze_decoder_std(self) -> None:
         """σ_θ(h) ≡ softplus(FROZEN_STD_RAW) + 1e-4: the σ rows of the output layer are zero with bias

@@ -5,6 +5,7 @@ and the guarded KL falls back to KL(q_η ‖ p₀) exactly when J_K leaves [0, K
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from inference_core.spec import validate_job_spec
@@ -106,3 +107,17 @@ def test_white_noise_is_left_out_of_the_predictive_unless_asked() -> None:
         nu, pi = float(m.spg.white_noise_std()), m.noise_std()
         expected = np.hypot(pi, nu) if keep else pi
         assert abs(m.predictive_noise_std() - expected) < 1e-9
+
+
+def test_held_white_noise_and_slopes_stay_put_through_distillation() -> None:
+    """learn_white_noise / learn_basis_slope False hold σ_ν and the slopes (the module-wide requires_grad_ of
+    distillation used to switch the slopes back on); the defaults move them / σ_ν."""
+    held = method(learn_white_noise=False, white_noise_init=0.05)
+    learnt = method(learn_basis_slope=True)
+    for _ in range(20):
+        held.step()
+        learnt.step()
+    assert float(held.spg.white_noise_std().detach()) == pytest.approx(0.05, rel=1e-6)
+    assert torch.equal(held.spg.basis_log_slope.detach(), torch.zeros_like(held.spg.basis_log_slope))
+    assert float(learnt.spg.white_noise_std().detach()) != pytest.approx(0.1, rel=1e-3)
+    assert float(learnt.spg.basis_log_slope.detach().abs().max()) > 0
