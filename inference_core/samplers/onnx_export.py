@@ -48,7 +48,6 @@ def _activation_nodes(helper: Any, name: str, x: str, out: str, prefix: str) -> 
 def export_onnx(config: dict[str, Any], tensors: dict[str, Tensor]) -> bytes:
     """Serialised ONNX ModelProto for the sampler described by (config, tensors)."""
     try:
-        import onnx
         from onnx import TensorProto, helper, numpy_helper
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise RuntimeError("ONNX export needs the `onnx` package (pip install onnx)") from exc
@@ -93,15 +92,8 @@ def export_onnx(config: dict[str, Any], tensors: dict[str, Tensor]) -> bytes:
         [helper.make_tensor_value_info(OUTPUT_NAME, TensorProto.FLOAT, ["n", d])],
         initializer=initializers,
     )
-    model = helper.make_model(
-        graph, producer_name="parvis", producer_version="1", opset_imports=[helper.make_opsetid("", OPSET)],
-        doc_string=("Parvis sampler: maps standard-normal noise z [n, noise_dim] to samples [n, output_dim]. "
-                    f"Draw z as {config['noise']['draw']}."),
-    )
-    model.ir_version = IR_VERSION
-    onnx.helper.set_model_props(model, {"parvis.sampler_config": json.dumps(config, sort_keys=True)})
-    onnx.checker.check_model(model)
-    return model.SerializeToString(deterministic=True)
+    return _serialise(graph, config, "Parvis sampler: maps standard-normal noise z [n, noise_dim] to samples "
+                      f"[n, output_dim]. Draw z as {config['noise']['draw']}.")
 
 
 def export_spg_onnx(config: dict[str, Any], tensors: dict[str, Tensor]) -> bytes:
@@ -115,7 +107,6 @@ def export_spg_onnx(config: dict[str, Any], tensors: dict[str, Tensor]) -> bytes
     y_mean + y_std·(a Φᵀ). Feed eps_h, eps_a exactly as `SPGSampler.sample_noise(n, seed)` draws them.
     """
     try:
-        import onnx
         from onnx import TensorProto, helper, numpy_helper
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise RuntimeError("ONNX export needs the `onnx` package (pip install onnx)") from exc
@@ -196,11 +187,18 @@ def export_spg_onnx(config: dict[str, Any], tensors: dict[str, Tensor]) -> bytes
         [helper.make_tensor_value_info(OUTPUT_NAME, TensorProto.FLOAT, ["n", "m"])],
         initializer=initializers,
     )
-    model = helper.make_model(
-        graph, producer_name="parvis", producer_version="1", opset_imports=[helper.make_opsetid("", OPSET)],
-        doc_string=("Parvis function-space sampler: function draws [n, m] at inputs x [m, p] from standard-normal "
-                    f"eps_h [n, H] and eps_a [n, S]. Draw them as {config['noise']['draw']}."),
-    )
+    return _serialise(graph, config, "Parvis function-space sampler: function draws [n, m] at inputs x [m, p] from "
+                      f"standard-normal eps_h [n, H] and eps_a [n, S]. Draw them as {config['noise']['draw']}.")
+
+
+def _serialise(graph: Any, config: dict[str, Any], doc: str) -> bytes:
+    """The checked model (graph: an onnx GraphProto) with the sampler's config as a property, serialised
+    deterministically."""
+    import onnx
+    from onnx import helper
+
+    model = helper.make_model(graph, producer_name="parvis", producer_version="1",
+                              opset_imports=[helper.make_opsetid("", OPSET)], doc_string=doc)
     model.ir_version = IR_VERSION
     onnx.helper.set_model_props(model, {"parvis.sampler_config": json.dumps(config, sort_keys=True)})
     onnx.checker.check_model(model)
