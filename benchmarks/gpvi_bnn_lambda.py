@@ -26,10 +26,9 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from reproduce_bnn_figures import N_DRAWS, RESULTS, region_means, regression_data, regression_target  # noqa: E402
+from reproduce_bnn_figures import N_DRAWS, RESULTS, region_means, regression_setup  # noqa: E402
 
 from inference_core import run  # noqa: E402
-from inference_core.targets import build_target  # noqa: E402
 
 #: name → generator options over Figure 1's [32, 32] (k = 32 unless noise_dim says otherwise; d = 151).
 VARIANTS = {
@@ -48,12 +47,8 @@ VARIANTS = {
 
 def measure(name: str, steps: int, device: str, threads: int) -> dict:
     torch.set_num_threads(threads)
-    x, y = regression_data()
-    spec = regression_target(x, y)
-    target = build_target(spec)
+    spec, target, grid, grid_std = regression_setup()
     st = target.standardization
-    grid = np.linspace(-8, 8, 161)
-    grid_std = torch.tensor((grid[:, None] - st.x_mean) / st.x_std, dtype=torch.float32)
     variant = dict(VARIANTS[name])
     method, helper = variant.pop("_method", "gpvi"), variant.pop("_helper", "matrix")
     generator = {"hidden": [32, 32], "noise_dim": 32, **variant}

@@ -192,13 +192,19 @@ def regression_target(x: np.ndarray, y: np.ndarray) -> dict:
             "prior_std": 1.0, "prior_std_scaling": "fan_in", "standardize": True}
 
 
-def run_regression(key: str, args) -> dict[str, Any]:
+def regression_setup() -> tuple[dict, Any, np.ndarray, torch.Tensor]:
+    """Figure 1's target spec, the built target, the plotting grid and that grid in the model's units."""
     x, y = regression_data()
     spec = regression_target(x, y)
     target = build_target(spec)
     st = target.standardization
     grid = np.linspace(-8, 8, 161)
-    grid_std = torch.tensor((grid[:, None] - st.x_mean) / st.x_std, dtype=torch.float32)
+    return spec, target, grid, torch.tensor((grid[:, None] - st.x_mean) / st.x_std, dtype=torch.float32)
+
+
+def run_regression(key: str, args) -> dict[str, Any]:
+    spec, target, grid, grid_std = regression_setup()
+    st = target.standardization
     if key == "nuts":
         draws, stats, wall = nuts_draws(spec, args.nuts_warmup, args.nuts_samples, 0, N_DRAWS, grid_std[::10])
     else:
