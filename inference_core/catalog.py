@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from inference_core.schemas.auto import AutoOptions
 from inference_core.schemas.baselines import EnsembleOptions, HMCOptions, MFVIOptions, NUTSOptions
 from inference_core.schemas.function_space import FPiSGLDOptions, FSVGDOptions, FWSGLDOptions
 from inference_core.schemas.fvi import FVIOptions
@@ -162,6 +163,16 @@ BASELINE_KINDS = WEIGHT_SPACE_KINDS | {"function_posterior"}
 METHODS: dict[str, Method] = {
     method.name: method
     for method in [
+        Method(
+            name="auto",
+            family="particle",
+            schema=AutoOptions,
+            builder="inference_core.methods.auto.method:Auto",
+            summary="No tuning: Pathfinder finds the mode region and scale, then SVGD runs in the whitened space "
+            "until the moments stop moving (steps is an upper bound); diagnostics in the job's quality.",
+            paper="Zhang et al. 2022 (Pathfinder, Alg. 1); Liu & Wang 2016, eq. 8; docs/method-choice.md",
+            target_kinds=WEIGHT_SPACE_KINDS,
+        ),
         Method(
             name="svgd",
             family="particle",

@@ -20,8 +20,10 @@ from inference_core.catalog import METHODS, resolve
 from inference_core.methods.base import DTYPES, Method
 from inference_core.metrics.evaluation import Evaluator
 from inference_core.metrics.heldout import heldout_metrics
+from inference_core.metrics.quality import quality_report
 from inference_core.spec import EvalSpec, JobSpec, Limits, validate_job_spec
 from inference_core.targets import BuildContext, build_target
+from inference_core.targets.counting import EvaluationCounter
 
 
 class RunHooks:
@@ -47,6 +49,7 @@ class RunResult:
     stopped: str | None
     final_metrics: dict[str, float] = field(default_factory=dict)
     wall_time_s: float = 0.0
+    quality: dict[str, Any] = field(default_factory=dict)
 
     @property
     def particles(self) -> Tensor:
@@ -61,17 +64,23 @@ def resolve_device(name: str) -> torch.device:
     return torch.device("cpu")
 
 
-def build_method(spec: JobSpec, context: BuildContext | None = None) -> Method:
-    """Validated spec → target + method, and the fail-fast finiteness check at the initial particles."""
+def build_method(spec: JobSpec, context: BuildContext | None = None, counted: bool = False) -> Any:
+    """Validated spec → target + method: non-finite starting particles redrawn (`methods.start`), then the
+    fail-fast finiteness check. With `counted`, (method, EvaluationCounter) counting the target evaluations
+    from before the method is built (Pathfinder's count in)."""
     device = resolve_device(spec.device)
     method_info = METHODS[spec.method]
     options = method_info.schema.model_validate(spec.options)
     dtype = DTYPES[getattr(options, "dtype", "float32")]
     base = context or BuildContext()
     target = build_target(spec.target, BuildContext(dtype=dtype, device=device, load_dataset=base.load_dataset))
+    counter = EvaluationCounter(target)
     method = resolve(method_info.builder)(target, options, spec.num_particles, spec.seed, device)
+    redraw = getattr(method, "redraw_nonfinite_start", None)
+    if callable(redraw):
+        redraw()
     check_target_finite(method)
-    return method
+    return (method, counter) if counted else method
 
 
 def check_target_finite(method: Method) -> None:
@@ -113,7 +122,7 @@ def run(
     raw = spec.model_dump(mode="json") if isinstance(spec, JobSpec) else spec
     job = validate_job_spec(raw, limits)
     hooks = hooks or RunHooks()
-    method = build_method(job, context)
+    method, counter = build_method(job, context, counted=True)
     if resume_state is not None:
         method.load_state_dict(resume_state)
     started = time.perf_counter()
@@ -121,21 +130,30 @@ def run(
     stopped: str | None = None
     eval_every = job.eval.every
     evaluator = Evaluator(job.eval)
-    while method.step_count < job.steps:
+    while method.step_count < job.steps and not getattr(method, "converged", False):
         stopped = hooks.should_stop()
         if stopped:
             break
         metrics = method.step()
         step = method.step_count
+        metrics["grad_evals"] = float(counter.count)
         if eval_every and step % eval_every == 0:
-            metrics.update(evaluate(method, evaluator=evaluator))
+            with counter.paused():
+                metrics.update(evaluate(method, evaluator=evaluator))
         hooks.on_step(step, job.steps, metrics)
         if step % job.metrics_interval == 0 or step == job.steps:
             hooks.on_metrics(step, metrics)
         if step % job.checkpoint_interval == 0 and step < job.steps:
             hooks.save_checkpoint(step, method.state_dict())
     final: dict[str, float] = {}
+    quality: dict[str, Any] = {}
     if stopped is None:
-        # Held-out metrics (test RMSE/LL, accuracy/NLL) when the data has a test part; see metrics.heldout.
-        final = {**evaluate(method, evaluator=evaluator), **heldout_metrics(method)}
-    return RunResult(method, method.step_count, stopped, final, time.perf_counter() - started)
+        with counter.paused():
+            # Held-out metrics (test RMSE/LL, accuracy/NLL) when the data has a test part; see metrics.heldout.
+            final = {**evaluate(method, evaluator=evaluator), **heldout_metrics(method),
+                     "grad_evals": float(counter.count)}
+            converged = getattr(method, "converged_step", None)
+            if converged is not None:
+                final["converged_step"] = float(converged)
+            quality = quality_report(method, final)
+    return RunResult(method, method.step_count, stopped, final, time.perf_counter() - started, quality)

@@ -48,6 +48,23 @@ def clean_metrics(metrics: dict[str, Any]) -> dict[str, float | None]:
     return out
 
 
+def json_safe(value: Any) -> Any:
+    """A `quality` block for a JSON column: NaN/inf → null, tensors/numpy scalars → float, nested as given."""
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    if isinstance(value, bool | str) or value is None:
+        return value
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return str(value)
+    if not math.isfinite(number):
+        return None
+    return int(number) if isinstance(value, int) else number
+
+
 CHECKPOINT_MEDIA_TYPE = "application/vnd.parvis.checkpoint+safetensors"
 
 
@@ -236,7 +253,8 @@ class JobExecution:
                 if predictor is not None:
                     artifacts.append(predictor)
             hooks.latest.update(clean_metrics(result.final_metrics))
-            self._finish(hooks, "succeeded", artifacts=artifacts, sampler=sampler)
+            self._finish(hooks, "succeeded", artifacts=artifacts, sampler=sampler,
+                         quality=json_safe(result.quality))
 
     def _store_sampler(self, result: RunResult, artifacts: list[Artifact]) -> Sampler | None:
         """A generative method's trained generator, stored next to the job's particles."""
@@ -249,7 +267,8 @@ class JobExecution:
         return record
 
     def _finish(self, hooks: ServiceHooks, status: str, *, error: tuple[str, str] | None = None,
-                artifacts: list[Artifact] = (), sampler: Sampler | None = None) -> None:  # type: ignore[assignment]
+                artifacts: list[Artifact] = (), sampler: Sampler | None = None,  # type: ignore[assignment]
+                quality: dict[str, Any] | None = None) -> None:
         progress = hooks.progress(hooks.total_steps if status == "succeeded" else hooks.last_step)
         progress["eta_s"] = 0.0 if status == "succeeded" else None
         with self.context.sessions() as session:
@@ -258,7 +277,8 @@ class JobExecution:
                                           self.job.tenant_id)
                 hooks.pending_points = []
             done = job_state.finish_job(session, self.lease, status, progress=progress, metrics=dict(hooks.latest),
-                                        error=error, artifacts=list(artifacts), sampler=sampler)
+                                        error=error, artifacts=list(artifacts), sampler=sampler,
+                                        quality=quality)
         if done:
             logger.info("job %s %s", self.job.id, status)
         else:

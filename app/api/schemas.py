@@ -27,6 +27,7 @@ class JobOut(BaseModel):
     name: str | None
     progress: Progress
     metrics: dict[str, float | None]
+    quality: dict[str, Any] | None = None
     error: JobError | None
     created_at: datetime
     started_at: datetime | None

@@ -136,6 +136,7 @@ def finish_job(
     error: tuple[str, str] | None = None,
     artifacts: list[Artifact] = (),  # type: ignore[assignment]
     sampler: Sampler | None = None,
+    quality: dict[str, Any] | None = None,
 ) -> bool:
     """running → succeeded | failed | cancelled, with final metrics, error, the trained sampler and artifact
     rows, atomically."""
@@ -151,6 +152,8 @@ def finish_job(
         values["progress"] = progress
     if metrics is not None:
         values["metrics"] = metrics
+    if quality is not None:
+        values["quality"] = quality
     if error is not None:
         values["error_code"], values["error_detail"] = error
     result = session.execute(_fenced(lease).values(**values).execution_options(synchronize_session=False))

@@ -84,6 +84,7 @@ class Job(Base):
 
     progress: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
     metrics: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
+    quality: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
     checkpoint_step: Mapped[int | None] = mapped_column(Integer)
     resumed_from_step: Mapped[int | None] = mapped_column(Integer)
     error_code: Mapped[str | None] = mapped_column(String(64))

@@ -26,6 +26,7 @@ from torch import Tensor
 from inference_core import errors
 from inference_core.kernels import Kernel, bandwidth_rule_from_options, kernel_from_options
 from inference_core.methods.optim import build_optimizer
+from inference_core.methods.start import redraw_nonfinite
 from inference_core.schemas.kernels import KernelOptions
 from inference_core.schemas.methods import InitOptions, ParticleMethodOptions
 from inference_core.seeding import derive_seed, per_particle_normal
@@ -130,6 +131,25 @@ class ParticleMethod(Method):
 
     def direction(self, x: Tensor, batch: object | None) -> tuple[Tensor, dict[str, float]]:
         raise NotImplementedError
+
+    #: bounded redraws of starting particles where the target is not finite (`methods.start`)
+    START_RETRIES = 20
+
+    def redraw_nonfinite_start(self) -> int:
+        """Replace starting particles where log p or the score is not finite by fresh draws of the same
+        starting distribution (`options.init`, seeded per attempt); returns how many rows were bad."""
+        if not self.target.dim or not self.particles_in_target_space:
+            return 0
+        init = self.options.init
+
+        def draw(attempt: int, k: int) -> Tensor:
+            return initial_particles(self.target, init, k, derive_seed(self.seed, 5, attempt))
+
+        with torch.no_grad():
+            start, redrawn = redraw_nonfinite(self.target, self.x.detach(), draw, self.START_RETRIES)
+            if redrawn:
+                self.x.copy_(start)
+        return redrawn
 
     def step(self) -> dict[str, float]:
         started = time.perf_counter()

@@ -83,6 +83,7 @@ def job_out(job: Job, sampler_id: str | None = None) -> JobOut:
         name=job.name,
         progress=Progress(**progress),
         metrics=job.metrics or {},
+        quality=job.quality,
         error=error,
         created_at=job.created_at,
         started_at=job.started_at,

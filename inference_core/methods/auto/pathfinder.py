@@ -1,0 +1,247 @@
+"""The mode region and the local scale of a target, found before any particle moves (`auto`, issue 14).
+
+Pathfinder (Zhang, Carpenter, Gelman & Vehtari 2022, JMLR 23, Alg. 1): follow an L-BFGS path towards the mode
+of log p from a few dispersed starts; at points along each path form a Gaussian N(x + Σ∇log p(x), Σ) from the
+local curvature; keep the one with the largest Monte-Carlo ELBO. Far from the mode (a funnel's neck, a
+hierarchical model whose mode is degenerate) the path's intermediate Gaussians are better than a Laplace fit
+at the end, and the ELBO picks them.
+
+Our choice for Σ [differs from the paper]: the paper's Σ is the L-BFGS inverse-Hessian factor (a diagonal
+plus 2J columns, J = 6 pairs); ours is the inverse of a central finite-difference Hessian of the score at up
+to `max_candidates` points of the path (one batched call of 2d rows each). For the dimensions `auto` is meant
+for (d ≤ a few hundred) this costs a few hundred gradients more and gets every coordinate's scale of a badly
+scaled posterior, which six pairs cannot. Directions of negative curvature (off the mode) take |λ| and every
+eigenvalue a floor (a saddle-free Newton step, Dauphin et al. 2014), so Σ is always positive definite.
+
+Everything here is float64 arithmetic on top of the target's own dtype; `DensityCounter` counts every row
+whose gradient is taken (the `grad_evals` a job reports).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from inference_core import errors
+from inference_core.targets.base import Target
+
+#: Relative floor of the precision eigenvalues: Σ's condition number stays below 1e12.
+EIGEN_FLOOR = 1e-12
+#: Armijo constant and the most halvings of one line search.
+ARMIJO_C = 1e-4
+MAX_HALVINGS = 40
+
+
+class DensityCounter:
+    """log p and ∇log p of a target at rows x [m, d] in one autograd pass, as float64; counts the rows."""
+
+    def __init__(self, target: Target, batch: object | None = None):
+        self.target = target
+        self.batch = batch
+        self.evals = 0
+        self._dtype = _target_dtype(target)
+
+    def __call__(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        self.evals += x.shape[0]
+        with torch.enable_grad():
+            leaf = x.to(self._dtype).detach().requires_grad_(True)
+            lp = self.target.log_prob(leaf, self.batch)
+            (grad,) = torch.autograd.grad(lp.sum(), leaf, allow_unused=True)
+        grad = torch.zeros_like(leaf) if grad is None else grad
+        return lp.detach().double(), grad.detach().double()
+
+
+def _target_dtype(target: Target) -> torch.dtype:
+    for value in vars(target).values():
+        if isinstance(value, Tensor) and value.is_floating_point():
+            return value.dtype
+    return torch.float64
+
+
+@dataclass
+class Gaussian:
+    """N(mean, root rootᵀ) in the target's coordinates, with its Monte-Carlo ELBO and where it was found."""
+
+    mean: Tensor  # [d] float64
+    root: Tensor  # [d, d] float64, Σ = root rootᵀ
+    log_det: float  # log det Σ
+    elbo: float
+    start: int = 0
+    iteration: int = 0
+
+    @property
+    def std(self) -> Tensor:
+        return self.root.square().sum(-1).sqrt()
+
+    def draw(self, eps: Tensor) -> Tensor:
+        """Rows mean + root·ε for standard-normal rows ε [m, d]."""
+        return self.mean + eps @ self.root.T
+
+    def log_q(self, eps: Tensor) -> Tensor:
+        d = eps.shape[-1]
+        return -0.5 * eps.square().sum(-1) - 0.5 * d * math.log(2 * math.pi) - 0.5 * self.log_det
+
+
+@dataclass
+class PathfinderResult:
+    best: Gaussian
+    per_start: list[Gaussian]  # the best Gaussian of each path
+    path_ends: Tensor  # [starts, d] the last L-BFGS point of each path
+    grad_evals: int
+    iterations: list[int] = field(default_factory=list)
+
+    def start_disagreement(self) -> float:
+        """Largest |mean_a − mean_b| over coordinates and pairs of paths, in units of the best Gaussian's sd:
+        paths that settle in different modes (or not at all) disagree by several sd."""
+        means = torch.stack([g.mean for g in self.per_start])
+        spread = (means.max(0).values - means.min(0).values) / self.best.std
+        return float(spread.max()) if means.shape[0] > 1 else 0.0
+
+
+def finite_start(density: DensityCounter, draw: callable, retries: int) -> Tensor:
+    """A row where log p and its gradient are finite: up to `retries` draws of `draw(k) -> [d]`, else
+    `errors.TargetNonFinite` naming the coordinates of the gradient that were non-finite at the first draw."""
+    first = None
+    for attempt in range(retries):
+        x = draw(attempt)
+        lp, grad = density(x[None])
+        if bool(torch.isfinite(lp).all() and torch.isfinite(grad).all()):
+            return x
+        first = (x, lp, grad) if first is None else first
+    x, lp, grad = first
+    bad = torch.nonzero(~torch.isfinite(grad[0])).flatten().tolist()
+    raise errors.TargetNonFinite(
+        f"no finite starting point in {retries} draws: log-density {float(lp[0])} at the first, with a non-finite "
+        f"gradient in coordinates {bad[:20]}{' …' if len(bad) > 20 else ''}")
+
+
+def lbfgs_path(density: DensityCounter, x0: Tensor, max_iters: int, history: int,
+               tol: float) -> tuple[list[Tensor], list[Tensor], list[float]]:
+    """Points, gradients and log-densities along an L-BFGS ascent of log p from x0 (Nocedal & Wright 2006,
+    Alg. 7.4-7.5, two-loop recursion; a backtracking Armijo search). Stops at `max_iters`, when the relative
+    gain of log p falls below `tol`, or when no step along the direction increases log p."""
+    lp, grad = density(x0[None])
+    xs, grads, lps = [x0], [grad[0]], [float(lp[0])]
+    s_hist: list[Tensor] = []
+    y_hist: list[Tensor] = []
+    for _ in range(max_iters):
+        x, g = xs[-1], grads[-1]
+        direction = _two_loop(g, s_hist, y_hist)
+        if float(direction @ g) <= 0:  # not an ascent direction (curvature pairs gone stale): gradient step
+            direction, s_hist, y_hist = g.clone(), [], []
+        step = 1.0 if s_hist else 1.0 / max(float(g.norm()), 1e-12)
+        slope = float(direction @ g)
+        for _ in range(MAX_HALVINGS):
+            candidate = x + step * direction
+            new_lp, new_grad = density(candidate[None])
+            value = float(new_lp[0])
+            if math.isfinite(value) and bool(torch.isfinite(new_grad).all()) \
+                    and value >= lps[-1] + ARMIJO_C * step * slope:
+                break
+            step *= 0.5
+        else:
+            break
+        s, y = candidate - x, g - new_grad[0]  # y for −log p
+        if float(s @ y) > 1e-12 * float(y @ y):
+            s_hist, y_hist = (s_hist + [s])[-history:], (y_hist + [y])[-history:]
+        gain = value - lps[-1]
+        xs.append(candidate)
+        grads.append(new_grad[0])
+        lps.append(value)
+        if gain <= tol * max(1.0, abs(value)):
+            break
+    return xs, grads, lps
+
+
+def _two_loop(g: Tensor, s_hist: list[Tensor], y_hist: list[Tensor]) -> Tensor:
+    """H·g for the L-BFGS inverse Hessian of −log p (ascent direction of log p)."""
+    q = g.clone()
+    alphas = []
+    for s, y in reversed(list(zip(s_hist, y_hist))):
+        rho = 1.0 / float(s @ y)
+        alpha = rho * float(s @ q)
+        q -= alpha * y
+        alphas.append((rho, alpha, s, y))
+    if s_hist:
+        s, y = s_hist[-1], y_hist[-1]
+        q *= float(s @ y) / float(y @ y)
+    for rho, alpha, s, y in reversed(alphas):
+        beta = rho * float(y @ q)
+        q += (alpha - beta) * s
+    return q
+
+
+def finite_difference_hessian(density: DensityCounter, x: Tensor) -> Tensor:
+    """[d, d] Hessian of log p at x by central differences of the gradient (2d rows in one call),
+    steps 1e-5·(1 + |x_i|), symmetrised."""
+    d = x.shape[0]
+    steps = 1e-5 * (1.0 + x.abs())
+    offsets = torch.diag(steps)
+    _, grads = density(torch.cat([x + offsets, x - offsets]))
+    hessian = (grads[:d] - grads[d:]) / (2 * steps[:, None])
+    return 0.5 * (hessian + hessian.T)
+
+
+def local_gaussian(x: Tensor, grad: Tensor, hessian: Tensor) -> tuple[Tensor, Tensor, float]:
+    """(mean, root, log det Σ) of N(x + Σ∇log p, Σ), Σ = |−H|⁻¹ with the eigenvalues of −H made positive
+    (absolute value, then a floor EIGEN_FLOOR · the largest)."""
+    eigenvalues, vectors = torch.linalg.eigh(-hessian)
+    magnitude = eigenvalues.abs()
+    floor = EIGEN_FLOOR * max(float(magnitude.max()), 1e-300)
+    precision = magnitude.clamp_min(floor)
+    root = vectors * precision.rsqrt()
+    mean = x + root @ (root.T @ grad)
+    return mean, root, float(-precision.log().sum())
+
+
+def elbo(density: DensityCounter, mean: Tensor, root: Tensor, log_det: float, eps: Tensor) -> float:
+    """Monte-Carlo ELBO E_q[log p − log q] with the given standard-normal rows (common to all candidates).
+    Draws outside the support (log p = −inf or NaN) would make every Gaussian's ELBO −inf on a bounded
+    support [our choice]: the mean runs over the finite draws and adds log(share of finite draws), the ELBO
+    of q truncated to the support; −inf only when no draw is finite."""
+    gaussian = Gaussian(mean, root, log_det, 0.0)
+    lp, _ = density(gaussian.draw(eps))
+    values = lp - gaussian.log_q(eps)
+    finite = torch.isfinite(values)
+    if not bool(finite.any()):
+        return -math.inf
+    return float(values[finite].mean()) + math.log(float(finite.double().mean()))
+
+
+def pathfinder(target: Target, *, starts: int, start_scale: float, max_iters: int, history: int, tol: float,
+               max_candidates: int, elbo_draws: int, generator: torch.Generator,
+               start_retries: int = 20) -> PathfinderResult:
+    """Multi-path Pathfinder (see the module docstring). `generator` drives the starts and the ELBO draws.
+
+    Each start is N(0, start_scale²) (redrawn, bounded by `start_retries`, where log p or its gradient is not
+    finite). On each path the candidates are up to `max_candidates` points evenly spaced in iteration, the last
+    included; the ELBO draws are shared by all candidates of all paths (common random numbers)."""
+    density = DensityCounter(target)
+    d = int(target.dim)
+    eps = torch.randn(elbo_draws, d, generator=generator, dtype=torch.float64)
+    per_start, ends, iterations = [], [], []
+    for start in range(starts):
+        x0 = finite_start(density, lambda _: start_scale * torch.randn(d, generator=generator, dtype=torch.float64),
+                          start_retries)
+        xs, grads, _ = lbfgs_path(density, x0, max_iters, history, tol)
+        iterations.append(len(xs) - 1)
+        ends.append(xs[-1])
+        count = min(max_candidates, len(xs))
+        picks = sorted({round(i * (len(xs) - 1) / max(count - 1, 1)) for i in range(count)})
+        best: Gaussian | None = None
+        for index in picks:
+            hessian = finite_difference_hessian(density, xs[index])
+            if not bool(torch.isfinite(hessian).all()):
+                continue
+            mean, root, log_det = local_gaussian(xs[index], grads[index], hessian)
+            value = elbo(density, mean, root, log_det, eps)
+            if best is None or value > best.elbo:
+                best = Gaussian(mean, root, log_det, value, start, index)
+        if best is None:  # no finite curvature anywhere on this path: unit scale at its end
+            best = Gaussian(xs[-1], torch.eye(d, dtype=torch.float64), 0.0, -math.inf, start, len(xs) - 1)
+        per_start.append(best)
+    overall = max(per_start, key=lambda g: g.elbo)
+    return PathfinderResult(overall, per_start, torch.stack(ends), density.evals, iterations)

@@ -1,0 +1,55 @@
+"""Options of `auto` (inference_core.methods.auto): Pathfinder first, then SVGD in the whitened space.
+
+Every default was chosen by measurement (benchmarks/robustness.py; docs/method-choice.md); every field can be
+overridden in a spec.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from inference_core.schemas.common import StrictModel
+
+
+class PathfinderOptions(StrictModel):
+    starts: int = Field(default=4, ge=1, le=64, description="L-BFGS paths from independent starts N(0, start_scale²)")
+    start_scale: float = Field(default=2.0, gt=0, le=1e6)
+    max_iters: int = Field(default=1000, ge=1, le=100_000, description="L-BFGS iterations per path")
+    history: int = Field(default=6, ge=1, le=100, description="L-BFGS curvature pairs (Pathfinder's J)")
+    tol: float = Field(default=1e-9, gt=0, le=1, description="stop a path when log p gains less than tol·|log p|")
+    max_candidates: int = Field(default=8, ge=1, le=1000,
+                                description="points per path where a Gaussian is formed and its ELBO estimated")
+    elbo_draws: int = Field(default=32, ge=2, le=100_000, description="Monte-Carlo draws per ELBO (shared)")
+    start_retries: int = Field(default=20, ge=1, le=1000,
+                               description="redraws of a start where log p or its gradient is not finite")
+
+
+class ConvergenceOptions(StrictModel):
+    """Stop when the particles' moments stop moving: every `check_every` steps the largest change of any
+    coordinate's mean and log sd (whitened units, i.e. in posterior sds) since the last check; converged after
+    `patience` consecutive checks below `tol`, not before `min_steps`. `steps` of the job is the upper bound."""
+
+    check_every: int = Field(default=25, ge=1, le=100_000)
+    tol: float = Field(default=0.02, gt=0, le=10)
+    patience: int = Field(default=2, ge=1, le=100)
+    min_steps: int = Field(default=100, ge=0, le=10_000_000)
+
+
+class AutoOptions(StrictModel):
+    dtype: Literal["float32", "float64"] = Field(
+        default="float64", description="float64 by default: badly scaled posteriors lose digits in float32")
+    pathfinder: PathfinderOptions = Field(default_factory=PathfinderOptions)
+    lr: float = Field(default=0.2, gt=0, le=10, description="SGD step in whitened units (posterior sds)")
+    max_move: float = Field(default=1.0, gt=0, le=1e3,
+                            description="largest move of one particle per step, in whitened units")
+    bandwidth_factor: float | Literal["auto"] = Field(
+        default="auto",
+        description="h = factor · median squared distance (no log n divisor); 'auto' = max(1, d/20)")
+    start_retries: int = Field(default=20, ge=1, le=1000,
+                               description="redraws of a starting particle where log p or its score is not finite")
+    convergence: ConvergenceOptions = Field(default_factory=ConvergenceOptions)
+    collapse_threshold: float = Field(
+        default=0.6, gt=0, lt=1,
+        description="warn when some coordinate's particle sd is below this share of the Pathfinder sd")
