@@ -47,7 +47,8 @@ def redraw_nonfinite(target: Target, x: Tensor, draw: Callable[[int, int], Tenso
         coordinates = torch.nonzero(~torch.isfinite(score[0])).flatten().tolist()
         raise errors.TargetNonFinite(
             f"the target is not finite at any of {x.shape[0]} starting particles after {retries} redraws; at the "
-            f"first, the score is non-finite in coordinates {coordinates[:20]}{' …' if len(coordinates) > 20 else ''}"
+            f"first, the log-density is {float(target.log_prob(to_target(first_bad))[0])} and the score is non-finite "
+            f"in coordinates {coordinates[:20]}{' …' if len(coordinates) > 20 else ''}"
             " (log-density and score must be finite somewhere in the starting distribution)")
     good = torch.nonzero(~bad).flatten()
     index = torch.nonzero(bad).flatten()

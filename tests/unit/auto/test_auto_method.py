@@ -1,0 +1,85 @@
+"""`auto` end to end on closed-form posteriors (issue 14's bars: worst |Δmean|/sd ≤ 0.15 and worst |log sd
+ratio| ≤ 0.25), its convergence stop, bit-identical resume; the robust start of every particle method; and the
+quality block flagging a deliberately collapsed run."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from inference_core import errors
+from inference_core.training import build_method, run
+from inference_core.spec import validate_job_spec
+
+MEAN_BAR, SD_BAR = 0.15, 0.25
+
+
+def rotated_gaussian(d: int, seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    q, _ = np.linalg.qr(rng.standard_normal((d, d)))
+    cov = q @ np.diag(np.logspace(-2, 2, d) ** 2) @ q.T
+    return rng.standard_normal(d) * 100, cov
+
+
+def errors_against(x: np.ndarray, mean: np.ndarray, sd: np.ndarray) -> tuple[float, float]:
+    return (float(np.abs((x.mean(0) - mean) / sd).max()),
+            float(np.abs(np.log(x.std(0, ddof=1) / sd)).max()))
+
+
+def test_auto_meets_the_bars_on_a_badly_scaled_rotated_gaussian_and_stops_early() -> None:
+    mean, cov = rotated_gaussian(20)
+    result = run({"method": "auto", "seed": 0, "num_particles": 100, "steps": 2000,
+                  "target": {"kind": "gaussian", "mean": mean.tolist(), "cov": cov.tolist()}})
+    mean_error, sd_error = errors_against(result.particles.double().numpy(), mean, np.sqrt(np.diag(cov)))
+    assert mean_error <= MEAN_BAR and sd_error <= SD_BAR, (mean_error, sd_error)
+    assert result.steps_completed < 2000 and result.final_metrics["converged_step"] == result.steps_completed
+    assert result.quality["trustworthy"], result.quality
+    assert result.final_metrics["grad_evals"] >= 100 * result.steps_completed + result.quality["pathfinder_grad_evals"]
+
+
+def test_auto_meets_the_bars_on_a_bounded_skewed_target() -> None:
+    """Gamma(2, 1) in x[0] (log p = log x − x, −inf NaN-free region x ≤ 0 excluded by NaN) times N(0, 3²):
+    mean (2, 0), sd (√2, 3); starting particles on the wrong side of the boundary are redrawn."""
+    result = run({"method": "auto", "seed": 1, "num_particles": 100, "steps": 1000,
+                  "target": {"kind": "expression", "dim": 2, "log_prob": "log(x[0]) - x[0] - x[1]**2 / 18"}})
+    mean_error, sd_error = errors_against(result.particles.double().numpy(), np.array([2.0, 0.0]),
+                                          np.array([math.sqrt(2), 3.0]))
+    assert mean_error <= MEAN_BAR and sd_error <= SD_BAR, (mean_error, sd_error)
+    assert result.quality["redrawn_starts"] > 0
+
+
+def test_auto_resumes_bit_identically() -> None:
+    spec = {"method": "auto", "seed": 2, "num_particles": 20, "steps": 60,
+            "target": {"kind": "banana", "curvature": 0.5}, "options": {"convergence": {"min_steps": 1000}}}
+    straight = run(spec)
+    first = build_method(validate_job_spec({**spec, "steps": 30}))
+    for _ in range(30):
+        first.step()
+    resumed = run(spec, resume_state=first.state_dict())
+    assert torch.equal(straight.particles, resumed.particles)
+
+
+def test_particle_methods_redraw_nonfinite_starts_and_fail_only_without_any() -> None:
+    spec = {"method": "svgd", "seed": 0, "num_particles": 40, "steps": 5,
+            "target": {"kind": "expression", "dim": 2, "log_prob": "log(x[0]) - x[0] - 0.5 * x[1]**2"}}
+    method = build_method(validate_job_spec(spec))  # about half of N(0, 1) starts have x[0] ≤ 0
+    assert bool((method.particles()[:, 0] > 0).all())
+    nowhere = {**spec, "target": {"kind": "expression", "dim": 3, "log_prob": "x[0] + x[2] + sqrt(-1 - x[1]**2)"}}
+    with pytest.raises(errors.TargetNonFinite, match=r"log-density is nan and the score is non-finite in coordinates \[1\]"):
+        build_method(validate_job_spec(nowhere))
+
+
+def test_a_collapsed_run_is_flagged_and_a_good_one_is_not() -> None:
+    d = 50
+    gaussian = {"kind": "gaussian", "mean": [0.0] * d, "cov": np.eye(d).tolist()}
+    collapsed = run({"method": "svgd", "seed": 0, "num_particles": 50, "steps": 300, "target": gaussian})
+    assert not collapsed.quality["trustworthy"]
+    assert [w["code"] for w in collapsed.quality["warnings"]] == ["collapsed"]
+    true_ratio = float(collapsed.particles.double().std(0).square().mean().sqrt())  # N(0, I): sd ratio = sd
+    assert abs(collapsed.quality["spread_ratio_rms"] - true_ratio) < 0.1 * true_ratio
+    good = run({"method": "svgd", "seed": 0, "num_particles": 100, "steps": 300,
+                "target": {"kind": "gaussian", "mean": [0.0, 0.0], "cov": [[1.0, 0.3], [0.3, 2.0]]}})
+    assert good.quality["trustworthy"], good.quality
