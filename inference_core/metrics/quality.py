@@ -27,30 +27,30 @@ MEAN_RATIO_LOW = 0.7
 MIN_RATIO = 0.5
 #: r above this in the root-mean-square → over-dispersed (e.g. particles that never left a wide start).
 MEAN_RATIO_HIGH = 1.5
-#: per-coordinate checks only up to this dimension (r_i is noisy with few draws; BNNs have thousands of weights)
-PER_COORDINATE_MAX_DIM = 1000
+#: per-direction checks only with at least this many draws per dimension (see `stein_spread_ratios`)
+PER_DIRECTION_MIN_DRAWS_PER_DIM = 4
 
 
-def stein_spread_ratios(x: torch.Tensor, score: torch.Tensor) -> torch.Tensor:
-    """[d] r_i = sqrt(max(−mean_n(u_i (s_u)_i), 0)) (see the module docstring), float64, in coordinates
-    u = L⁻¹(x − x̄) whitened by the draws' own covariance C = L Lᵀ (score s_u = Lᵀ s), when n > d.
+def stein_spread_ratios(x: torch.Tensor, score: torch.Tensor) -> tuple[float, torch.Tensor | None]:
+    """(rms, r): rms = sqrt(max(−mean_n tr((x − x̄) sᵀ)/d, 0)), and the per-direction r_i (see the module
+    docstring) in coordinates u = L⁻¹(x − x̄) whitened by the draws' own covariance C = L Lᵀ (s_u = Lᵀ s),
+    or None with fewer than PER_DIRECTION_MIN_DRAWS_PER_DIM draws per dimension. float64.
 
-    The identity holds in any linear coordinates, but in raw ones the r_i of a rotated, badly scaled target
-    mix the error of the sample covariance with the huge entries of the precision; whitened, each r_i is a
-    noise-level average of O(1) terms. With n ≤ d the covariance is singular: per-coordinate scaling (to
-    which r_i is invariant) is all there is."""
+    The trace is the same in every linear coordinate system, so the rms needs no whitening. Per direction, raw
+    coordinates of a rotated, badly scaled target mix the sample covariance's error with the precision's huge
+    entries; whitened, each r_i averages O(1) terms, but the smallest of d of them is noisy unless n ≫ d (for
+    100 exact draws: 0.98 at d = 2, 0.90 at d = 10, 0.66 at d = 50)."""
     x, score = x.double(), score.double()
     centred = x - x.mean(0)
     n, d = x.shape
-    if n > d:
-        cov = centred.T @ centred / (n - 1)
-        cov = cov + 1e-12 * cov.diagonal().mean().clamp_min(1e-300) * torch.eye(d, dtype=cov.dtype)
-        chol, info = torch.linalg.cholesky_ex(cov)
-        if int(info) == 0:
-            centred = torch.linalg.solve_triangular(chol, centred.T, upper=False).T
-            score = score @ chol
-    products = -(centred * score).mean(0)
-    return products.clamp_min(0).sqrt()
+    rms = math.sqrt(max(float(-(centred * score).sum(-1).mean()) / d, 0.0))
+    if n < PER_DIRECTION_MIN_DRAWS_PER_DIM * d:
+        return rms, None
+    chol, info = torch.linalg.cholesky_ex(centred.T @ centred / (n - 1))
+    if int(info) != 0:
+        return rms, None
+    whitened = torch.linalg.solve_triangular(chol, centred.T, upper=False).T
+    return rms, (-(whitened * (score @ chol)).mean(0)).clamp_min(0).sqrt()
 
 
 def quality_report(method: Any, final_metrics: dict[str, float]) -> dict[str, Any]:
@@ -61,13 +61,11 @@ def quality_report(method: Any, final_metrics: dict[str, float]) -> dict[str, An
         if x.shape[0] >= 2:
             score = method.target.score(x)
             if bool(torch.isfinite(score).all()):
-                ratios = stein_spread_ratios(x, score)
-                mean_ratio = float(ratios.square().mean().sqrt())
-                min_ratio = float(ratios.min())
+                mean_ratio, ratios = stein_spread_ratios(x, score)
+                min_ratio = float(ratios.min()) if ratios is not None else math.nan
                 report["spread_ratio_rms"] = mean_ratio
-                report["spread_ratio_min"] = min_ratio
-                per_coordinate = x.shape[1] <= PER_COORDINATE_MAX_DIM
-                if mean_ratio < MEAN_RATIO_LOW or (per_coordinate and min_ratio < MIN_RATIO):
+                report["spread_ratio_min"] = min_ratio if ratios is not None else None
+                if mean_ratio < MEAN_RATIO_LOW or min_ratio < MIN_RATIO:
                     warnings.append({"code": "collapsed", "message": (
                         f"the draws spread less than the target's score implies (Stein ratio rms {mean_ratio:.2f}, "
                         f"smallest direction {min_ratio:.2f}; 1 when the spread is right): standard deviations "

@@ -27,13 +27,14 @@ class PathfinderOptions(StrictModel):
 
 
 class ConvergenceOptions(StrictModel):
-    """Stop when the particles' moments stop moving: every `check_every` steps the largest change of any
-    coordinate's mean and log sd (whitened units, i.e. in posterior sds) since the last check; converged after
-    `patience` consecutive checks below `tol`, not before `min_steps`. `steps` of the job is the upper bound."""
+    """Stop when the particles' moments stop moving over a doubling window: at steps check_every·2^k the
+    largest change of any coordinate's mean (in units of its particle sd) and log sd since step
+    check_every·2^(k−1); converged when below `tol`, not before `min_steps`. A fixed window misses slow, steady
+    drift (a banana's particles spread along the curve by 0.015 sd per 25 steps for thousands of steps); the
+    doubling window compares the second half of the run with the first. `steps` of the job is the upper bound."""
 
     check_every: int = Field(default=25, ge=1, le=100_000)
-    tol: float = Field(default=0.02, gt=0, le=10)
-    patience: int = Field(default=2, ge=1, le=100)
+    tol: float = Field(default=0.03, gt=0, le=10)
     min_steps: int = Field(default=100, ge=0, le=10_000_000)
 
 
@@ -49,6 +50,10 @@ class AutoOptions(StrictModel):
         description="h = factor · median squared distance (no log n divisor); 'auto' = max(1, d/20)")
     start_retries: int = Field(default=20, ge=1, le=1000,
                                description="redraws of a starting particle where log p or its score is not finite")
+    adapt_first: int = Field(
+        default=25, ge=0, le=10_000_000,
+        description="re-whiten with the particles' own mean and covariance at steps adapt_first·2^k (0: never); "
+        "the Pathfinder scale is local to the mode, a curved or funnel-shaped posterior is wider")
     convergence: ConvergenceOptions = Field(default_factory=ConvergenceOptions)
     collapse_threshold: float = Field(
         default=0.6, gt=0, lt=1,

@@ -92,5 +92,5 @@ def test_non_finite_target_fails_fast(embedded: Stack) -> None:
     job = embedded.wait_status(job_id, {"succeeded", "failed"}, timeout=60)
     assert time.monotonic() - started < 30
     assert job["status"] == "failed" and job["error"]["code"] == "target_nonfinite"
-    assert "initial particles" in job["error"]["detail"]
+    assert "starting particles after 20 redraws" in job["error"]["detail"]
     assert job["progress"]["step"] == 0

@@ -11,8 +11,13 @@
    shrinks the spread by e^−0.31 (d = 10), e^−0.44 (d = 30), e^−0.48 (d = 60) with SGD and by e^−0.4..−1.3 with
    Adam; h = med² keeps e^−0.04, e^−0.11, e^−0.18; h = 4 med² at d = 60 and d = 100 keeps e^−0.09 and e^−0.10.
    A wide kernel in whitened coordinates is our remedy for SVGD's variance collapse in higher dimension.
-4. Convergence (`options.convergence`): stop when every coordinate's mean and log sd (in posterior sds) moved
-   less than `tol` between checks `patience` times in a row; the job's `steps` is the upper bound.
+4. Adaptation (`adapt_first`): at steps 25, 50, 100, 200, … the whitening becomes the particles' own mean and
+   covariance (in the current whitened coordinates, shrunk towards its diagonal by d/(n + d), the target of
+   Ledoit & Wolf 2004), since the Pathfinder
+   scale is that of the mode: a banana or a funnel is much wider than its mode. SVGD's fixed point with a
+   median-scaled kernel does not depend on the linear coordinates, so re-whitening cannot feed a collapse.
+5. Convergence (`options.convergence`): stop when every coordinate's mean and log sd (in units of the current
+   particle sd) moved less than `tol` over a doubling window (steps t/2 to t, t = 25·2^k); `steps` is the upper bound.
 
 `quality()` reports what should make a user distrust the result: Pathfinder paths that end in different
 places (multimodality or no mode), particle spread collapsed below the Pathfinder scale, no convergence.
@@ -70,7 +75,6 @@ class Auto(Method):
         self.bandwidth_rule = bandwidth_rule_from_options(self.kernel_options.bandwidth)
         self.pathfinder_evals = found.grad_evals
         self.checked: tuple[Tensor, Tensor] | None = None  # (mean, log sd) of u at the last check
-        self.quiet_checks = 0
         self.converged_step: int | None = None
         self.last_drift = math.nan
 
@@ -101,6 +105,7 @@ class Auto(Method):
             phi = phi * (self.options.max_move / move).clamp(max=1.0).nan_to_num(1.0)
         self.pullback(self.u, phi)
         self.step_count += 1
+        self._adapt()
         metrics = {"step_time_s": time.perf_counter() - started, "stein_force_norm": float(phi.square().sum(-1).mean().sqrt()),
                    "bandwidth": float(h)}
         self._check_convergence(metrics)
@@ -112,16 +117,46 @@ class Auto(Method):
         points.grad = -direction
         self.optimizer.step()
 
+    def _adapt(self) -> None:
+        """Re-whiten with the particles' mean and shrunk covariance (module docstring, point 4)."""
+        first = self.options.adapt_first
+        if not first or self.step_count < first or self.step_count % first:
+            return
+        ratio = self.step_count // first
+        if ratio & (ratio - 1):  # not a power of two
+            return
+        # in the current whitened coordinates, where the covariance is near I: shrinking a badly scaled, rotated
+        # raw covariance towards its diagonal would distort it by orders of magnitude
+        u = self.u.detach().double()
+        n, d = u.shape
+        centre = u.mean(0)
+        centred = u - centre
+        sample = centred.T @ centred / max(n - 1, 1)
+        shrink = d / (n + d)
+        cov = (1 - shrink) * sample + shrink * torch.diag(sample.diagonal())
+        chol, info = torch.linalg.cholesky_ex(cov)
+        if int(info) != 0 or not bool(torch.isfinite(chol).all()):
+            return
+        u = torch.linalg.solve_triangular(chol, centred.T, upper=False).T
+        root = self.root.double()
+        self.mean = (self.mean.double() + root @ centre).to(self.mean)
+        self.root = (root @ chol).to(self.root)
+        with torch.no_grad():
+            self.u.copy_(u.to(self.u))
+        self.bandwidth_rule = bandwidth_rule_from_options(self.kernel_options.bandwidth)
+
     def _check_convergence(self, metrics: dict[str, float]) -> None:
         rule = self.options.convergence
-        if self.step_count % rule.check_every:
+        ratio = self.step_count // rule.check_every
+        if self.step_count % rule.check_every or ratio & (ratio - 1):  # only at check_every·2^k
             return
-        u = self.u.detach().double()
-        now = (u.mean(0), u.std(0).clamp_min(1e-300).log())
+        x = self.particles().double()
+        sd = x.std(0).clamp_min(1e-300)
+        now = (x.mean(0), sd.log())
         if self.checked is not None:
-            self.last_drift = float(max((now[0] - self.checked[0]).abs().max(), (now[1] - self.checked[1]).abs().max()))
-            self.quiet_checks = self.quiet_checks + 1 if self.last_drift < rule.tol else 0
-            if self.quiet_checks >= rule.patience and self.step_count >= rule.min_steps:
+            self.last_drift = float(max(((now[0] - self.checked[0]) / sd).abs().max(),
+                                        (now[1] - self.checked[1]).abs().max()))
+            if self.last_drift < rule.tol and self.step_count >= rule.min_steps:
                 self.converged_step = self.step_count
         self.checked = now
         metrics["moment_drift"] = self.last_drift
@@ -130,13 +165,14 @@ class Auto(Method):
     # ---- diagnostics ----
     def quality(self) -> dict[str, Any]:
         """Pathfinder facts and the warnings particular to `auto` (metrics.quality adds the general ones)."""
-        spread = self.u.detach().double().std(0)
-        ratio = float(spread.min())
-        disagreement = self.found.start_disagreement()
+        x = self.particles().double()
+        pathfinder_sd = self.found.best.std.to(x)
+        ratio = float((x.std(0) / pathfinder_sd).min())
+        disagreement = self.found.start_disagreement(x.std(0))
         warnings = []
         if ratio < self.options.collapse_threshold:
             warnings.append({"code": "collapsed", "message":
-                             f"some coordinate's particle sd is {ratio:.2f} of the Pathfinder scale "
+                             f"some coordinate's particle sd is {ratio:.2f} of the Pathfinder sd "
                              f"(threshold {self.options.collapse_threshold}): the spread is likely underestimated"})
         if disagreement > 1.0:
             warnings.append({"code": "starts_disagree", "message":
@@ -160,7 +196,7 @@ class Auto(Method):
     def state_dict(self) -> dict[str, Any]:
         return {"step": self.step_count, "u": self.u.detach().clone(), "mean": self.mean.clone(),
                 "root": self.root.clone(), "optimizer": self.optimizer.state_dict(),
-                "bandwidth_rule": self.bandwidth_rule.state_dict(), "quiet_checks": self.quiet_checks,
+                "bandwidth_rule": self.bandwidth_rule.state_dict(),
                 "checked": None if self.checked is None else torch.stack(self.checked),
                 "converged_step": -1 if self.converged_step is None else self.converged_step,
                 "last_drift": self.last_drift}
@@ -172,7 +208,6 @@ class Auto(Method):
         self.optimizer.load_state_dict(state["optimizer"])
         self.bandwidth_rule.load_state_dict(state["bandwidth_rule"])
         self.step_count = int(state["step"])
-        self.quiet_checks = int(state["quiet_checks"])
         self.checked = None if state["checked"] is None else (state["checked"][0], state["checked"][1])
         self.converged_step = None if int(state["converged_step"]) < 0 else int(state["converged_step"])
         self.last_drift = float(state["last_drift"])

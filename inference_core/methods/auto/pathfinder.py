@@ -93,12 +93,15 @@ class PathfinderResult:
     grad_evals: int
     iterations: list[int] = field(default_factory=list)
 
-    def start_disagreement(self) -> float:
-        """Largest |mean_a − mean_b| over coordinates and pairs of paths, in units of the best Gaussian's sd:
-        paths that settle in different modes (or not at all) disagree by several sd."""
-        means = torch.stack([g.mean for g in self.per_start])
-        spread = (means.max(0).values - means.min(0).values) / self.best.std
-        return float(spread.max()) if means.shape[0] > 1 else 0.0
+    def start_disagreement(self, sd: Tensor | None = None) -> float:
+        """Largest |mean_a − mean_b| of the paths' chosen Gaussians over coordinates and pairs of paths, in units
+        of `sd` (default: the best Gaussian's): paths that settle in different modes end several posterior sds
+        apart. (The Gaussians' means, not the paths' last points: on a badly conditioned target the paths stop
+        at `max_iters` short of the mode, while their Newton-step means agree.)"""
+        ends = torch.stack([g.mean for g in self.per_start])
+        scale = self.best.std if sd is None else sd.to(ends)
+        spread = (ends.max(0).values - ends.min(0).values) / scale
+        return float(spread.max()) if ends.shape[0] > 1 else 0.0
 
 
 def finite_start(density: DensityCounter, draw: callable, retries: int) -> Tensor:

@@ -71,6 +71,8 @@ def test_non_finite_target_fails_fast() -> None:
                             device=torch.device("cpu"))
     with pytest.raises(errors.TargetNonFinite, match="non-finite at 8 .* of 8 particles"):
         check_target_finite(method)
+    with pytest.raises(errors.TargetNonFinite, match="not finite at any of 8 starting particles after 20 redraws"):
+        method.redraw_nonfinite_start()
 
 
 def test_a_device_that_is_missing_is_a_clear_error() -> None:
