@@ -9,7 +9,8 @@ General to every method whose draws live in the target's space (particles, or a 
   r_i estimates the ratio of the draws' sd to the posterior's. Collapsed particles give r ≪ 1 (issue 14:
   exact-interaction kernel methods keep 0.26 of the spread at d = 32), over-dispersed ones r ≫ 1.
   Computed in the draws' own whitened coordinates (`stein_spread_ratios`), so a warning names "directions".
-* The IMQ KSD of the final metrics, when the run computed it.
+* The IMQ KSD of the final metrics, when the run computed it, and the KSD goodness-of-fit test of
+  `metrics.ksd_test` (Liu, Lee & Jordan 2016; wild bootstrap): its p-value is the reference level for the KSD.
 
 Methods add their own facts and warnings through `method.quality()` (auto: Pathfinder agreement between
 starts, spread against the Pathfinder scale, convergence). `trustworthy` is False when any warning is raised.
@@ -22,11 +23,15 @@ from typing import Any
 
 import torch
 
+from inference_core.metrics.ksd_test import ksd_test
+
 #: r below this in the root-mean-square over coordinates, or below MIN_RATIO in any coordinate → collapsed.
 MEAN_RATIO_LOW = 0.7
 MIN_RATIO = 0.5
 #: r above this in the root-mean-square → over-dispersed (e.g. particles that never left a wide start).
 MEAN_RATIO_HIGH = 1.5
+#: level of the KSD goodness-of-fit test below which the job warns (strict: particles are not i.i.d. draws)
+KSD_TEST_LEVEL = 0.001
 #: per-direction checks only with at least this many draws per dimension (see `stein_spread_ratios`)
 PER_DIRECTION_MIN_DRAWS_PER_DIM = 4
 
@@ -78,6 +83,13 @@ def quality_report(method: Any, final_metrics: dict[str, float]) -> dict[str, An
                 warnings.append({"code": "score_nonfinite", "message": "the score is not finite at some final draws"})
     if "ksd_imq" in final_metrics and math.isfinite(final_metrics["ksd_imq"]):
         report["ksd_imq"] = final_metrics["ksd_imq"]
+    if "spread_ratio_rms" in report:
+        test = ksd_test(x, score)
+        report["ksd_test_statistic"], report["ksd_test_pvalue"] = test["ksd2"], test["pvalue"]
+        if test["pvalue"] < KSD_TEST_LEVEL:
+            warnings.append({"code": "ksd_rejects", "message": (
+                f"a KSD goodness-of-fit test tells the draws from the target (p = {test['pvalue']:.3g} < "
+                f"{KSD_TEST_LEVEL}, {int(test['n'])} draws, IMQ kernel, wild bootstrap)")})
     own = getattr(method, "quality", None)
     if callable(own):
         extra = own()

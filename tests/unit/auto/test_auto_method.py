@@ -77,9 +77,10 @@ def test_a_collapsed_run_is_flagged_and_a_good_one_is_not() -> None:
     gaussian = {"kind": "gaussian", "mean": [0.0] * d, "cov": np.eye(d).tolist()}
     collapsed = run({"method": "svgd", "seed": 0, "num_particles": 50, "steps": 300, "target": gaussian})
     assert not collapsed.quality["trustworthy"]
-    assert [w["code"] for w in collapsed.quality["warnings"]] == ["collapsed"]
+    assert [w["code"] for w in collapsed.quality["warnings"]] == ["collapsed", "ksd_rejects"]
     true_ratio = float(collapsed.particles.double().std(0).square().mean().sqrt())  # N(0, I): sd ratio = sd
     assert abs(collapsed.quality["spread_ratio_rms"] - true_ratio) < 0.1 * true_ratio
     good = run({"method": "svgd", "seed": 0, "num_particles": 100, "steps": 300,
                 "target": {"kind": "gaussian", "mean": [0.0, 0.0], "cov": [[1.0, 0.3], [0.3, 2.0]]}})
     assert good.quality["trustworthy"], good.quality
+    assert good.quality["ksd_test_pvalue"] > 0.05
