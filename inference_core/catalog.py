@@ -62,7 +62,7 @@ class TargetKind:
 @dataclass(frozen=True)
 class Method:
     name: str
-    family: str  # particle | generative | function_space | baseline
+    family: str  # auto | particle | generative | function_space | baseline
     schema: type[BaseModel]
     builder: str
     summary: str
@@ -165,7 +165,7 @@ METHODS: dict[str, Method] = {
     for method in [
         Method(
             name="auto",
-            family="particle",
+            family="auto",
             schema=AutoOptions,
             builder="inference_core.methods.auto.method:Auto",
             summary="No tuning: Pathfinder finds the mode region and scale, then SVGD runs in the whitened space "

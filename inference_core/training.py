@@ -76,10 +76,11 @@ def build_method(spec: JobSpec, context: BuildContext | None = None, counted: bo
     target = build_target(spec.target, BuildContext(dtype=dtype, device=device, load_dataset=base.load_dataset))
     counter = EvaluationCounter(target)
     method = resolve(method_info.builder)(target, options, spec.num_particles, spec.seed, device)
-    redraw = getattr(method, "redraw_nonfinite_start", None)
-    if callable(redraw):
-        redraw()
-    check_target_finite(method)
+    with counter.paused():  # checks of the start, not the method's own work
+        redraw = getattr(method, "redraw_nonfinite_start", None)
+        if callable(redraw):
+            redraw()
+        check_target_finite(method)
     return (method, counter) if counted else method
 
 

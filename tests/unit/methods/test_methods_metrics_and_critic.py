@@ -97,7 +97,8 @@ def test_run_reports_eval_metrics_periodically_and_at_the_end() -> None:
     assert {"ksd_imq", "mmd2_reference", "cov_error_rel"} <= set(result.final_metrics)
     quiet = run({"method": "svgd", "target": GAUSS, "num_particles": 40, "steps": 2,
                  "eval": {"ksd": False, "mmd": False}})
-    assert set(quiet.final_metrics) == {"mean_error", "cov_error_rel"}
+    assert set(quiet.final_metrics) == {"mean_error", "cov_error_rel", "grad_evals"}
+    assert quiet.final_metrics["grad_evals"] == 2 * 40  # two steps of 40 scores (the start checks are not counted)
 
 
 # ------------------------------------------------------------------------------------------ the critic
