@@ -34,7 +34,7 @@ class ConvergenceOptions(StrictModel):
     doubling window compares the second half of the run with the first. `steps` of the job is the upper bound."""
 
     check_every: int = Field(default=25, ge=1, le=100_000)
-    tol: float = Field(default=0.03, gt=0, le=10)
+    tol: float = Field(default=0.05, gt=0, le=10)
     min_steps: int = Field(default=100, ge=0, le=10_000_000)
 
 
