@@ -72,7 +72,7 @@ METHODS: list[tuple[str, str, dict[str, Any]]] = [
 
 def build(method: str, target: dict, generator: dict, extra: dict, n: int, seed: int = 0):
     spec = {"method": method, "target": target, "num_particles": n, "steps": 1, "seed": seed, "device": "cpu",
-            "options": {"generator": generator, **extra}}
+            "options": {"generator": generator, "precondition": "none", **extra}}
     return build_method(validate_job_spec(spec))
 
 

@@ -60,6 +60,7 @@ class GeneratorConfig(StrictModel):
     activation: Activation
     output_dim: int = Field(ge=1, le=MAX_DIM)
     lam: float = Field(ge=0, le=1e6, alias="lambda")
+    affine: bool = Field(default=False, description="an output map x = shift + root·f(z) (whitened training)")
 
     @model_validator(mode="after")
     def _consistent(self) -> GeneratorConfig:
@@ -77,7 +78,7 @@ class GeneratorConfig(StrictModel):
         return self
 
     def shapes(self) -> dict[str, tuple[int, ...]]:
-        return parameter_shapes(self.input_dim, self.hidden, self.output_dim)
+        return parameter_shapes(self.input_dim, self.hidden, self.output_dim, self.affine)
 
 
 class NoiseConfig(StrictModel):

@@ -25,8 +25,10 @@ from inference_core.networks import ACTIVATIONS, init_linear_
 __all__ = ["ACTIVATIONS", "GeneratorNetwork", "generator_forward", "init_linear_", "mlp_features", "parameter_shapes"]
 
 
-def parameter_shapes(input_dim: int, hidden: Sequence[int], output_dim: int) -> dict[str, tuple[int, ...]]:
-    """Name → shape of every tensor of an MLP generator, in forward order."""
+def parameter_shapes(input_dim: int, hidden: Sequence[int], output_dim: int,
+                     affine: bool = False) -> dict[str, tuple[int, ...]]:
+    """Name → shape of every tensor of an MLP generator, in forward order (with `affine`, the output map
+    x = shift + root·f of a generator trained in whitened coordinates last)."""
     shapes: dict[str, tuple[int, ...]] = {}
     fan_in = input_dim
     for layer, width in enumerate(hidden):
@@ -35,6 +37,9 @@ def parameter_shapes(input_dim: int, hidden: Sequence[int], output_dim: int) -> 
         fan_in = width
     shapes["output.weight"] = (output_dim, fan_in)
     shapes["output.bias"] = (output_dim,)
+    if affine:
+        shapes["affine.shift"] = (output_dim,)
+        shapes["affine.root"] = (output_dim, output_dim)
     return shapes
 
 
@@ -49,12 +54,15 @@ def mlp_features(params: Sequence[tuple[Tensor, Tensor]], u: Tensor, activation:
 
 def generator_forward(tensors: dict[str, Tensor], z: Tensor, *, input_dim: int, n_hidden: int,
                       activation: str, lam: float | Tensor) -> Tensor:
-    """f(z) = W φ(z[:, :k]) + b + λz (λ·z only when λ ≠ 0, and then z has the output's width)."""
+    """f(z) = W φ(z[:, :k]) + b + λz (λ·z only when λ ≠ 0, and then z has the output's width); then
+    shift + root·f(z) when the tensors hold an affine output ("affine.shift", "affine.root")."""
     hidden = [(tensors[f"hidden.{i}.weight"], tensors[f"hidden.{i}.bias"]) for i in range(n_hidden)]
     features = mlp_features(hidden, z[:, :input_dim], activation)
     out = torch.nn.functional.linear(features, tensors["output.weight"], tensors["output.bias"])
     if isinstance(lam, Tensor) or lam != 0.0:
         out = out + lam * z
+    if "affine.root" in tensors:
+        out = torch.addmm(tensors["affine.shift"], out, tensors["affine.root"].T)
     return out
 
 

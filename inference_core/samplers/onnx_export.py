@@ -79,13 +79,20 @@ def export_onnx(config: dict[str, Any], tensors: dict[str, Tensor]) -> bytes:
         current = post
     initializers += [const("output.weight", tensors["output.weight"].numpy()),
                      const("output.bias", tensors["output.bias"].numpy())]
-    g_out = OUTPUT_NAME if lam == 0.0 else "g_out"
+    affine = bool(gen.get("affine", False))
+    f_out = "f_out" if affine else OUTPUT_NAME
+    g_out = f_out if lam == 0.0 else "g_out"
     nodes.append(helper.make_node("Gemm", [current, "output.weight", "output.bias"], [g_out], transB=1,
                                   name="output_gemm"))
     if lam != 0.0:
         initializers.append(const("lambda", np.array(lam, np.float32)))
         nodes += [helper.make_node("Mul", [INPUT_NAME, "lambda"], ["lambda_z"], name="lambda_times_z"),
-                  helper.make_node("Add", ["g_out", "lambda_z"], [OUTPUT_NAME], name="add_lambda_z")]
+                  helper.make_node("Add", ["g_out", "lambda_z"], [f_out], name="add_lambda_z")]
+    if affine:  # x = shift + f · rootᵀ, one Gemm
+        initializers += [const("affine.root", tensors["affine.root"].numpy()),
+                         const("affine.shift", tensors["affine.shift"].numpy())]
+        nodes.append(helper.make_node("Gemm", [f_out, "affine.root", "affine.shift"], [OUTPUT_NAME], transB=1,
+                                      name="affine_output"))
     graph = helper.make_graph(
         nodes, "parvis_sampler",
         [helper.make_tensor_value_info(INPUT_NAME, TensorProto.FLOAT, ["n", noise_dim])],

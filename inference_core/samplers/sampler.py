@@ -54,14 +54,18 @@ class Sampler(FrozenSampler):
         frozen = archive.frozen_tensors(parsed.generator.shapes(), tensors)
         self._parsed: SamplerConfig = parsed
         self._config = parsed.model_dump(mode="json")
+        if not parsed.generator.affine:  # written only when there is one: older configs stay byte-identical
+            self._config["generator"].pop("affine")
         self._tensors = frozen
 
     # ---- construction ----------------------------------------------------------------------------------
 
     @classmethod
     def from_generator(cls, network: GeneratorNetwork, *, method: str, target_kind: str,
-                       layout: list[dict[str, Any]] | None = None, model: dict[str, Any] | None = None) -> Sampler:
-        """Snapshot of a training generator (float32 copies; λ rounded to float32 as the forward uses it)."""
+                       layout: list[dict[str, Any]] | None = None, model: dict[str, Any] | None = None,
+                       affine: tuple[Tensor, Tensor] | None = None) -> Sampler:
+        """Snapshot of a training generator (float32 copies; λ rounded to float32 as the forward uses it);
+        `affine` = (shift, root) when it was trained in whitened coordinates x = shift + root·u."""
         lam = float(torch.tensor(network.lam_float(), dtype=torch.float32))
         config = {
             "format": FORMAT,
@@ -70,13 +74,18 @@ class Sampler(FrozenSampler):
             "dtype": "float32",
             "generator": {"kind": "mlp", "noise_dim": network.noise_dim, "input_dim": network.input_dim,
                           "hidden": list(network.hidden_sizes), "activation": network.activation,
-                          "output_dim": network.output_dim, "lambda": lam},
+                          "output_dim": network.output_dim, "lambda": lam,
+                          **({"affine": True} if affine is not None else {})},
             "noise": {"distribution": "standard_normal", "dtype": "float32", "draw": NOISE_DRAW},
             "target": {"kind": target_kind, "dim": network.output_dim},
             "layout": layout,
             "model": model,
         }
-        return cls(config, network.tensors())
+        tensors = network.tensors()
+        if affine is not None:
+            tensors = {**tensors, "affine.shift": affine[0].detach().to("cpu", torch.float32),
+                       "affine.root": affine[1].detach().to("cpu", torch.float32)}
+        return cls(config, tensors)
 
     # ---- description -------------------------------------------------------------------------------------
 

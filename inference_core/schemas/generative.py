@@ -83,6 +83,11 @@ class GenerativeOptions(StrictModel):
     entropy_weight: float = Field(default=1.0, ge=0, le=1e6,
                                   description="multiplies the repulsive (entropy) term; 1 targets the posterior")
     dtype: Literal["float32", "float64"] = "float32"
+    precondition: Literal["none", "pathfinder"] = Field(
+        default="none",
+        description="'pathfinder': train in whitened coordinates x = μ + R u from a Pathfinder Gaussian N(μ, R Rᵀ) "
+        "(the sampler stores the affine output and maps its draws back). Not the default: measured on the "
+        "robustness suite it did not fix GPVI's defaults (docs/method-choice.md)")
 
 
 class KernelGenerativeOptions(GenerativeOptions):

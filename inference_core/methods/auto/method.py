@@ -56,7 +56,7 @@ class Auto(Method):
 
     def __init__(self, target: Target, options: AutoOptions, num_particles: int, seed: int, device: torch.device):
         super().__init__(target, options, num_particles, seed, device)
-        found = pathfinder(target, generator=torch.Generator().manual_seed(derive_seed(seed, 3)),
+        found = pathfinder(target, generator=torch.Generator().manual_seed(derive_seed(seed, 3)), dtype=self.dtype,
                            **options.pathfinder.model_dump())
         self.found: PathfinderResult = found
         self.mean = found.best.mean.to(device=device, dtype=self.dtype)

@@ -38,11 +38,11 @@ MAX_HALVINGS = 40
 class DensityCounter:
     """log p and ∇log p of a target at rows x [m, d] in one autograd pass, as float64; counts the rows."""
 
-    def __init__(self, target: Target, batch: object | None = None):
+    def __init__(self, target: Target, batch: object | None = None, dtype: torch.dtype = torch.float64):
         self.target = target
         self.batch = batch
         self.evals = 0
-        self._dtype = _target_dtype(target)
+        self._dtype = dtype  # the dtype the target was built in
 
     def __call__(self, x: Tensor) -> tuple[Tensor, Tensor]:
         self.evals += x.shape[0]
@@ -52,13 +52,6 @@ class DensityCounter:
             (grad,) = torch.autograd.grad(lp.sum(), leaf, allow_unused=True)
         grad = torch.zeros_like(leaf) if grad is None else grad
         return lp.detach().double(), grad.detach().double()
-
-
-def _target_dtype(target: Target) -> torch.dtype:
-    for value in vars(target).values():
-        if isinstance(value, Tensor) and value.is_floating_point():
-            return value.dtype
-    return torch.float64
 
 
 @dataclass
@@ -216,13 +209,14 @@ def elbo(density: DensityCounter, mean: Tensor, root: Tensor, log_det: float, ep
 
 def pathfinder(target: Target, *, starts: int, start_scale: float, max_iters: int, history: int, tol: float,
                max_candidates: int, elbo_draws: int, generator: torch.Generator,
-               start_retries: int = 20) -> PathfinderResult:
+               start_retries: int = 20, dtype: torch.dtype = torch.float64) -> PathfinderResult:
     """Multi-path Pathfinder (see the module docstring). `generator` drives the starts and the ELBO draws.
 
     Each start is N(0, start_scale²) (redrawn, bounded by `start_retries`, where log p or its gradient is not
     finite). On each path the candidates are up to `max_candidates` points evenly spaced in iteration, the last
-    included; the ELBO draws are shared by all candidates of all paths (common random numbers)."""
-    density = DensityCounter(target)
+    included; the ELBO draws are shared by all candidates of all paths (common random numbers). `dtype`: the
+    dtype the target was built in (its log-density is evaluated there; everything else is float64)."""
+    density = DensityCounter(target, dtype=dtype)
     d = int(target.dim)
     eps = torch.randn(elbo_draws, d, generator=generator, dtype=torch.float64)
     per_start, ends, iterations = [], [], []

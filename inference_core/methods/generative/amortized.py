@@ -74,14 +74,14 @@ class AmortizedSVGD(_KernelAmortized):
         if independent:
             with torch.no_grad():
                 x_expect = self.network(z_expect)
-            score_expect = self.target.score(x_expect, batch)
+            score_expect = self.view.score(x_expect, batch)
             sq = gpvi_math.squared_distances(x_expect, xd)
             h = self.bandwidth(sq, distinct_pairs=False)
             phi = svgd_direction_two_batch(xd, x_expect, score_expect, RBF(h), entropy_weight=ent, sq=sq,
                                            backend=backend)
         else:
             h = self.bandwidth(gpvi_math.squared_distances(xd, xd), distinct_pairs=True)
-            phi = svgd_direction(xd, self.target.score(xd, batch), RBF(h), entropy_weight=ent, backend=backend)
+            phi = svgd_direction(xd, self.view.score(xd, batch), RBF(h), entropy_weight=ent, backend=backend)
         self.pullback(x, phi)
         return {"bandwidth": h, "direction_norm": float(phi.square().sum(-1).mean().sqrt())}
 
@@ -96,7 +96,7 @@ class AmortizedGFSF(_KernelAmortized):
         x = self.network(z)
         xd = x.detach()
         h = self.bandwidth(gpvi_math.squared_distances(xd, xd), distinct_pairs=True)
-        phi, _ = gfsf_direction(xd, self.target.score(xd, batch), RBF(h), self.options.gfsf_eps,
+        phi, _ = gfsf_direction(xd, self.view.score(xd, batch), RBF(h), self.options.gfsf_eps,
                                 entropy_weight=self.options.entropy_weight)
         self.pullback(x, phi)
         return {"bandwidth": h, "direction_norm": float(phi.square().sum(-1).mean().sqrt())}
@@ -122,7 +122,7 @@ class AmortizedKSD(GenerativeMethod):
                                                    dtype=self.dtype).to(self.device)
             with torch.no_grad():
                 x_critic = self.network(z)
-            score = self.target.score(x_critic, batch)
+            score = self.view.score(x_critic, batch)
             x_critic.requires_grad_(True)
             out = self.critic(x_critic)
             loss, _ = stein_critic_loss(out, jacobian_trace(out, x_critic, probe), score, opts.l2_weight,

@@ -80,7 +80,7 @@ class _GPVIBase(GenerativeMethod):
                 x_expect = self.network.head(features, z_expect)
             else:
                 x_expect = self.network(z_expect)
-        score_expect = self.target.score(x_expect, batch)
+        score_expect = self.view.score(x_expect, batch)
         sq = gpvi_math.squared_distances(z_expect, z)
         h = self.bandwidth(sq)
         return {"z": z, "z_expect": z_expect, "x": x, "score_expect": score_expect, "sq": sq, "h": h, "jac": jac,

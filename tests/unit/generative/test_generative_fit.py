@@ -32,11 +32,16 @@ def blr_dataset(seed: int = 0, n: int = 50, d: int = 3) -> dict[str, Any]:
 
 
 def output_law(method) -> tuple[torch.Tensor, torch.Tensor]:
-    """(mean b, covariance MMᵀ) of a linear generator's output."""
+    """(mean b, covariance MMᵀ) of a linear generator's output, through the whitening x = shift + R u when
+    the method trained in whitened coordinates (mean shift + R b, covariance R M Mᵀ Rᵀ)."""
     net = method.network
     W, b = net.output.weight.detach().double(), net.output.bias.detach().double()
     lam, k, d = net.lam_float(), net.input_dim, net.output_dim
     M = W if lam == 0 else torch.cat([W, torch.zeros(d, d - k, dtype=W.dtype)], 1) + lam * torch.eye(d, dtype=W.dtype)
+    view = method.view
+    if view is not method.target:
+        shift, root = view.shift.double(), view.root.double()
+        b, M = shift + root @ b, root @ M
     return b, M @ M.T
 
 
@@ -49,7 +54,7 @@ FAST_HELPER = {"optimizer": {"lr": 1e-3}}  # the default; spelled out because th
 
 def fit_gaussian(method: str, d: int, steps: int, lr: float, options: dict | None = None, n: int = 64) -> float:
     cov = random_cov(d)
-    opts = {"generator": {"hidden": []}, "optimizer": {"lr": lr}, **(options or {})}
+    opts = {"generator": {"hidden": []}, "optimizer": {"lr": lr}, "precondition": "none", **(options or {})}
     result = run({"method": method, "target": {"kind": "gaussian", "mean": [0.0] * d, "cov": cov.tolist()},
                   "num_particles": n, "steps": steps, "seed": 0, "options": opts})
     _, learned = output_law(result.method)
