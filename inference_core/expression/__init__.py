@@ -26,6 +26,10 @@ before parsing), ASCII only, MAX_NODES syntax nodes, MAX_DEPTH nesting levels (a
 counts as one level), MAX_PARAMS params with MAX_PARAM_ELEMENTS numbers in all. Any other Python syntax
 (attributes, other calls, keywords, strings, lambdas, comprehensions, conditionals, ...) is rejected with
 a ValueError naming the construct and its line/column. NaN and ±inf at run time are not errors here.
+
+`log` of a sum with `exp` factors (log(theta*exp(a) + (1-theta)*exp(b)), log(sum(w*exp(v))), ...) is compiled
+as m + log Σ c_i e^{a_i − m}, m = max a_i: exact, and finite where the naive form under/overflows
+(`stabilize.py`; `compile_expression(..., stabilize=False)` compiles the expression as written).
 """
 
 from inference_core.expression.functions import CONSTANTS, FUNCTIONS, FunctionSpec

@@ -23,6 +23,7 @@ from torch import Tensor
 
 from inference_core.expression import ir
 from inference_core.expression.parser import Expression
+from inference_core.expression.stabilize import stabilize as stabilize_ir
 
 
 @dataclass(frozen=True)
@@ -179,9 +180,12 @@ _COMPARISONS: Mapping[str, Callable[[Tensor, Tensor], Tensor]] = {
 
 class CompiledExpression:
     """`evaluate(x[n, dim], params, constants) -> [n]`; `constants` are the literal values in IR order,
-    materialised by the caller in its dtype/device (see `make_constants`)."""
+    materialised by the caller in its dtype/device (see `make_constants`).
 
-    def __init__(self, expression: Expression):
+    With `stabilize` (the default) ``log`` of a sum of exp terms is evaluated with its largest exponent
+    shifted out (stabilize.py); `stabilize=False` compiles the parser's IR as written (tests compare both)."""
+
+    def __init__(self, expression: Expression, stabilize: bool = True):
         self.expression = expression
         self.constant_values: list[float] = []
         self._dispatch: dict[type, Callable[[Any], Evaluator]] = {
@@ -199,8 +203,9 @@ class CompiledExpression:
             ir.Compare: self._compile_compare,
             ir.Logical: self._compile_logical,
             ir.Not: self._compile_not,
+            ir.ShiftedLogSum: self._compile_shifted_log_sum,
         }
-        self._root = self._compile(expression.root)
+        self._root = self._compile(stabilize_ir(expression.root) if stabilize else expression.root)
 
     def make_constants(self, dtype: torch.dtype, device: torch.device | str) -> tuple[Tensor, ...]:
         values = torch.tensor(self.constant_values, dtype=dtype, device=device)
@@ -322,6 +327,43 @@ class CompiledExpression:
             return lambda env: function(only(env))
         return lambda env: function(*(arg(env) for arg in args))
 
+    def _compile_shifted_log_sum(self, node: ir.ShiftedLogSum) -> Evaluator:
+        """m + log(R(Σ ±c_i·exp(a_i − m))), m = max a_i detached; shift 0 where m is not finite (stabilize.py)."""
+        shape = node.terms_shape
+        coefficients = [None if c is None else self._aligned(self._compile(c), c, shape) for c in node.coefficients]
+        exponents = [None if a is None else self._aligned(self._compile(a), a, shape) for a in node.exponents]
+        terms = list(zip(coefficients, exponents, node.negate, strict=True))
+        reduce = REDUCTIONS[node.reduction] if node.reduction is not None else None
+        has_unit_term = any(a is None for a in exponents)  # c·e^0 takes part in the max
+
+        def shifted_log_sum(env: Env) -> Tensor:
+            values = [None if a is None else a(env) for a in exponents]
+            present = [value for value in values if value is not None]
+            m = present[0].detach()
+            for value in present[1:]:
+                m = torch.maximum(m, value.detach())  # NaN propagates, then the shift is 0
+            if has_unit_term:
+                m = torch.maximum(m, torch.zeros((), dtype=m.dtype, device=m.device))
+            if reduce is not None:
+                m = m.amax(-1)  # every aligned value ends in the vector axis (length L or 1)
+            shift = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+            inner_shift = shift.unsqueeze(-1) if reduce is not None else shift
+            total: Tensor | None = None
+            for (coefficient, _, subtract), value in zip(terms, values, strict=True):
+                term = torch.exp(-inner_shift if value is None else value - inner_shift)
+                if coefficient is not None:
+                    term = coefficient(env) * term
+                if total is None:
+                    total = -term if subtract else term
+                else:
+                    total = total - term if subtract else total + term
+            assert total is not None
+            if reduce is not None:
+                total = reduce(total)
+            return shift + torch.log(total)
+
+        return shifted_log_sum
+
     def _compile_compare(self, node: ir.Compare) -> Evaluator:
         operands = self._compile_all(node.operands, node.shape)
         comparisons = [_COMPARISONS[op] for op in node.ops]
@@ -352,6 +394,6 @@ class CompiledExpression:
         return lambda env: torch.logical_not(operand(env))
 
 
-def compile_expression(expression: Expression) -> CompiledExpression:
-    """Compile a parsed `Expression` (parser.parse_expression) to torch."""
-    return CompiledExpression(expression)
+def compile_expression(expression: Expression, stabilize: bool = True) -> CompiledExpression:
+    """Compile a parsed `Expression` (parser.parse_expression) to torch (`stabilize`: see CompiledExpression)."""
+    return CompiledExpression(expression, stabilize)

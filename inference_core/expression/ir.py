@@ -132,4 +132,22 @@ class Not(Node):
     shape: Shape
 
 
+@dataclass(frozen=True, slots=True)
+class ShiftedLogSum(Node):
+    """log(R(Σ_i ±c_i·exp(a_i))) evaluated as m + log(R(Σ_i ±c_i·exp(a_i − m))), m = max_i a_i (detached).
+
+    Never produced by the parser: `stabilize.py` rewrites ``log`` of a sum with ``exp`` factors into it.
+    `coefficients[i]` None means c_i = 1, `exponents[i]` None means a_i = 0; `negate[i]` subtracts term i.
+    `reduction` is None (elementwise, `terms_shape == shape`) or "sum"/"mean" over the vector `terms_shape`
+    (then `shape == ()`), in which case m is also the max over the vector's elements.
+    """
+
+    coefficients: tuple[Node | None, ...]
+    exponents: tuple[Node | None, ...]
+    negate: tuple[bool, ...]
+    reduction: str | None
+    terms_shape: Shape
+    shape: Shape
+
+
 BOOLEAN_NODES = (Compare, Logical, Not)
