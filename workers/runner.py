@@ -269,7 +269,10 @@ class JobExecution:
     def _finish(self, hooks: ServiceHooks, status: str, *, error: tuple[str, str] | None = None,
                 artifacts: list[Artifact] = (), sampler: Sampler | None = None,  # type: ignore[assignment]
                 quality: dict[str, Any] | None = None) -> None:
-        progress = hooks.progress(hooks.total_steps if status == "succeeded" else hooks.last_step)
+        # a method with a convergence rule (auto) may succeed before total_steps: report where it stopped
+        progress = hooks.progress(max(hooks.last_step, hooks.first_step) if status == "succeeded" else hooks.last_step)
+        if status == "succeeded":
+            progress["fraction"] = 1.0
         progress["eta_s"] = 0.0 if status == "succeeded" else None
         with self.context.sessions() as session:
             if hooks.pending_points:

@@ -94,3 +94,26 @@ def test_non_finite_target_fails_fast(embedded: Stack) -> None:
     assert job["status"] == "failed" and job["error"]["code"] == "target_nonfinite"
     assert "starting particles after 20 redraws" in job["error"]["detail"]
     assert job["progress"]["step"] == 0
+
+
+def test_auto_job_reports_quality_and_a_collapsed_job_is_flagged(embedded: Stack) -> None:
+    """`auto` over HTTP: it stops on its convergence rule before `steps`, its metrics count gradient
+    evaluations, and the job carries a trustworthy `quality` block; a deliberately collapsed svgd run (50
+    particles in d = 40 with the paper's bandwidth and Adam) carries `collapsed` and trustworthy false."""
+    target = {"kind": "expression", "dim": 3, "log_prob": "-0.5*sum((x - mu)**2 / s**2)",
+              "params": {"mu": [100.0, -1.0, 0.0], "s": [0.01, 1.0, 30.0]}}
+    auto = embedded.submit({"method": "auto", "target": target, "steps": 5000}).json()["id"]
+    d = 40
+    collapsed = embedded.submit({"method": "svgd", "num_particles": 50, "steps": 300,
+                                 "target": {"kind": "gaussian", "mean": [0.0] * d, "cov": np.eye(d).tolist()}})
+    auto_job = embedded.wait_status(auto, {"succeeded", "failed"}, timeout=120)
+    assert auto_job["status"] == "succeeded", auto_job["error"]
+    assert auto_job["progress"]["step"] < 5000 and auto_job["metrics"]["converged_step"] < 5000
+    assert auto_job["metrics"]["grad_evals"] > 0
+    assert auto_job["quality"]["trustworthy"] is True, auto_job["quality"]
+    draws = np.array(embedded.client.get(f"/v1/jobs/{auto}/particles").json()["particles"])
+    errors = np.abs(draws.mean(0) - [100.0, -1.0, 0.0]) / [0.01, 1.0, 30.0]
+    assert errors.max() <= 0.15, errors  # the bar of issue 14, in posterior sds
+    bad = embedded.wait_status(collapsed.json()["id"], {"succeeded", "failed"}, timeout=120)
+    assert bad["quality"]["trustworthy"] is False
+    assert "collapsed" in [w["code"] for w in bad["quality"]["warnings"]]
