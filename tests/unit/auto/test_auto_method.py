@@ -84,3 +84,21 @@ def test_a_collapsed_run_is_flagged_and_a_good_one_is_not() -> None:
                 "target": {"kind": "gaussian", "mean": [0.0, 0.0], "cov": [[1.0, 0.3], [0.3, 2.0]]}})
     assert good.quality["trustworthy"], good.quality
     assert good.quality["ksd_test_pvalue"] > 0.05
+
+
+def test_a_naively_written_mixture_starts_and_fits_in_float32() -> None:
+    """log(w·e^a + (1 − w)·e^b) with a, b sums over 200 points (≈ −10³ at the start): exp underflows in
+    float32, so before the compiler's log-sum-exp rewrite this failed with target_nonfinite. The component
+    means are fixed at ∓2, the unknowns are θ = (logit w, log σ); the posterior mean of w is near the truth."""
+    rng = np.random.default_rng(0)
+    y = np.where(rng.random(200) < 0.3, rng.normal(-2.0, 0.5, 200), rng.normal(2.0, 0.5, 200))
+    log_prob = ("log_normal(x[0], 0, 2) + log_normal(x[1], 0, 2) + sum(log(sigmoid(x[0]) * "
+                "exp(log_normal(y, -2, exp(x[1]))) + (1 - sigmoid(x[0])) * exp(log_normal(y, 2, exp(x[1])))))")
+    target = {"kind": "expression", "dim": 2, "params": {"y": y.tolist()}, "log_prob": log_prob}
+    for method, options in (("svgd", {}), ("auto", {"dtype": "float32"})):
+        result = run({"method": method, "seed": 0, "num_particles": 50, "steps": 300, "target": target,
+                      "options": options})
+        w = torch.sigmoid(result.particles.double()[:, 0])
+        assert abs(float(w.mean()) - 0.3) < 0.1, (method, float(w.mean()))
+        sigma = torch.exp(result.particles.double()[:, 1])
+        assert abs(float(sigma.mean()) - 0.5) < 0.1, (method, float(sigma.mean()))
