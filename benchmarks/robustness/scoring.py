@@ -24,8 +24,10 @@ def load_reference(name: str) -> dict[str, Any]:
     return json.loads((REF_DIR / f"{name}.json").read_text())
 
 
-def score(draws: np.ndarray, ref_mean: Any, ref_sd: Any, param_names: list[str] | None = None) -> dict[str, Any]:
-    """{"mean_error", "log_sd_error", "worst_mean_param", "worst_sd_param", "pass"} of draws [n, d]."""
+def score(draws: np.ndarray, ref_mean: Any, ref_sd: Any, param_names: list[str] | None = None,
+          scored: Any = None) -> dict[str, Any]:
+    """{"mean_error", "log_sd_error", "worst_mean_param", "worst_sd_param", "pass"} of draws [n, d], the maxima
+    taken over the coordinates `scored` (all when None)."""
     draws = np.asarray(draws, dtype=np.float64)
     ref_mean, ref_sd = np.asarray(ref_mean, dtype=np.float64), np.asarray(ref_sd, dtype=np.float64)
     if draws.ndim != 2 or draws.shape[1] != ref_mean.shape[0] or draws.shape[0] < 2:
@@ -34,6 +36,8 @@ def score(draws: np.ndarray, ref_mean: Any, ref_sd: Any, param_names: list[str] 
     if not np.isfinite(draws).all():
         return {"mean_error": float("inf"), "log_sd_error": float("inf"), "worst_mean_param": None,
                 "worst_sd_param": None, "pass": False, "nonfinite": True}
+    index = np.arange(draws.shape[1]) if scored is None else np.asarray(scored, dtype=int)
+    draws, ref_mean, ref_sd, names = draws[:, index], ref_mean[index], ref_sd[index], [names[j] for j in index]
     mean_err = np.abs(draws.mean(0) - ref_mean) / ref_sd
     with np.errstate(divide="ignore"):
         sd_err = np.abs(np.log(draws.std(0, ddof=1) / ref_sd))
