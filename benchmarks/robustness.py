@@ -143,6 +143,8 @@ def _cell_text(cell: dict[str, Any]) -> str:
     status = cell.get("status")
     if status == "missing":
         return "missing"
+    if status == "timeout":
+        return f"✗ timeout (cancelled after {cell.get('wall_time_s', 0):.0f} s)"
     if status != "succeeded":
         return f"✗ {status}" + (f" ({cell.get('code')})" if cell.get("code") else "")
     if cell.get("nonfinite"):

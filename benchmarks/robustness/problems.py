@@ -215,8 +215,9 @@ def _mixture(naive: bool) -> Problem:
         "log gap (mu2 = mu1 + e^gap, ordered), log sigma, logit w; "
         + ("written naively as log(w e^a + (1-w) e^b)" if naive else "written with logaddexp"),
         4, {"y": _tolist(mixture_data())}, _MIX_PRIOR + " + " + like, ["mu1", "log_gap", "log_sigma", "logit_w"],
-        flagged=("log(w e^a + (1-w) e^b) underflows to log 0 in float32 away from the data; expected to fail "
-                 "until the compiler rewrites it to logaddexp") if naive else None,
+        flagged=("log(w e^a + (1-w) e^b) underflows to log 0 away from the data (in float32 soon, in float64 at "
+                 "small sigma, e.g. some N(0, 1) starting points); expected to fail until the compiler rewrites it "
+                 "to logaddexp") if naive else None,
         reference_from="mixture" if naive else None,
     )
 
