@@ -1,0 +1,248 @@
+"""The robustness suite's problems (issue 14): real posteriors written as `expression` targets.
+
+Each `Problem` is a plain expression target spec (`dim`, `params` holding the data, `log_prob`) plus a name, a
+description and one name per coordinate. References live in `references/<name>.json` (make_references.py):
+closed form where one exists (`closed_form` below), else a long NUTS run.
+
+Sources and conventions:
+- funnel: Neal 2003 ("Slice sampling", §8), v ~ N(0, 3²), x_i | v ~ N(0, e^v); closed form: sd(x_i)² = E e^v = e^{9/2}.
+- ill_gaussian_50 / rotated_gaussian_20: Gaussians whose marginal means/sds are exact.
+- eight_schools_*: Rubin 1981; BDA3 §5.5 data. μ ~ N(0, 5²), τ ~ HalfCauchy(0, 5) (the Stan/PyMC classic),
+  written in s = log τ with the log-Jacobian s (p(s) = p_τ(e^s)·e^s), so the support is all of R^10.
+  Non-centred: θ_j = μ + τ η_j, η_j ~ N(0, 1); centred: θ_j ~ N(μ, τ²) directly (the funnel-shaped one).
+- diabetes_regression: Efron et al. 2004 diabetes data (scikit-learn `load_diabetes(scaled=False)`, 442 × 10),
+  raw unstandardised features, so posterior scales range over ~3 orders of magnitude and the intercept is
+  strongly correlated with the slopes.
+- breast_cancer_logistic: Wolberg et al. 1995 (scikit-learn `load_breast_cancer`, 569 × 30), standardised.
+- ar2: a simulated AR(2) series (seed and true values below; no download), conditional likelihood.
+- mixture / mixture_naive: two-component 1-D Gaussian mixture over simulated data, means ordered through a
+  log gap (so there is one mode, not two label-swapped ones); the same density written
+  stably (logaddexp + log_sigmoid) and naively as log(w e^a + (1 − w) e^b), which underflows in float32
+  far from the data (expected to fail until the compiler rewrites that pattern; `flagged`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
+
+import numpy as np
+
+SCHOOLS_Y = [28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0]
+SCHOOLS_SIGMA = [15.0, 10.0, 16.0, 11.0, 9.0, 11.0, 10.0, 18.0]
+FUNNEL_DIM, FUNNEL_SCALE = 10, 3.0
+AR_SEED, AR_N, AR_TRUE = 20260114, 200, {"c": 0.5, "phi1": 0.6, "phi2": -0.3, "sigma": 1.0}
+MIX_SEED, MIX_N, MIX_TRUE = 20260115, 120, {"mu1": -1.0, "mu2": 2.0, "sigma": 0.8, "w": 0.35}
+
+# half-Cauchy(0, 5) on τ = e^s, with the Jacobian s:  log p(s) = log 2/(π·5) − log(1 + (e^s/5)²) + s
+_LOG_TAU = "log(2 / (pi * 5)) - log1p(square(exp(x[1]) / 5)) + x[1]"
+
+
+@dataclass(frozen=True)
+class Problem:
+    name: str
+    description: str
+    dim: int
+    params: dict[str, Any]
+    log_prob: str
+    param_names: list[str]
+    closed_form: dict[str, list[float]] | None = None  # {"mean": [...], "sd": [...]} when exact
+    flagged: str | None = None  # why this problem is expected to fail today
+    reference_from: str | None = None  # another problem whose NUTS reference this one shares
+    nuts: dict[str, Any] = field(default_factory=dict)  # NUTS option overrides for its reference run
+    scored: tuple[int, ...] | None = None  # coordinates the suite scores (None: all), see funnel()
+
+    def target_spec(self) -> dict[str, Any]:
+        return {"kind": "expression", "dim": self.dim, "params": self.params, "log_prob": self.log_prob}
+
+
+def _tolist(a: np.ndarray) -> Any:
+    return np.asarray(a, dtype=np.float64).tolist()
+
+
+def funnel() -> Problem:
+    d = FUNNEL_DIM
+    sd_x = math.exp(FUNNEL_SCALE**2 / 4)  # sqrt(E e^v), v ~ N(0, 9)
+    return Problem(
+        "funnel", "Neal's funnel, d=10: v ~ N(0, 3^2), x_i | v ~ N(0, e^v)", d, {},
+        f"log_normal(x[0], 0, {FUNNEL_SCALE}) + sum(log_normal(x[1:], 0, exp(x[0] / 2)))",
+        ["v"] + [f"x{i}" for i in range(1, d)],
+        closed_form={"mean": [0.0] * d, "sd": [FUNNEL_SCALE] + [sd_x] * (d - 1)},
+        # Only v is scored: sd(x_i)² = E e^v is carried by rare large v (var(e^v) / (E e^v)² = e^9 - 1 ≈ 8100),
+        # so even 20,000 exact draws miss sd(x_i) by |log ratio| 0.1-0.5, beyond the 0.25 bar.
+        scored=(0,),
+    )
+
+
+def ill_gaussian() -> Problem:
+    d = 50
+    sd = np.logspace(-1, 1, d)  # sds 0.1 .. 10: covariance condition number 1e4
+    mean = np.where(np.arange(d) % 2 == 0, 1.0, -1.0) * sd  # one sd off the origin, alternating sign
+    return Problem(
+        "ill_gaussian_50", "diagonal Gaussian, d=50, sds log-spaced 0.1..10 (condition number 1e4)", d,
+        {"m": _tolist(mean), "s": _tolist(sd)}, "sum(log_normal(x, m, s))", [f"x{i}" for i in range(d)],
+        closed_form={"mean": _tolist(mean), "sd": _tolist(sd)},
+    )
+
+
+def rotated_gaussian() -> Problem:
+    d = 20
+    rng = np.random.default_rng(14)
+    q, r = np.linalg.qr(rng.standard_normal((d, d)))
+    q = q * np.sign(np.diag(r))  # a Haar-distributed rotation
+    eig = np.logspace(-1, 1, d)  # variances 0.1..10 (condition number 100), rotated
+    cov = q @ np.diag(eig) @ q.T
+    precision = q @ np.diag(1 / eig) @ q.T
+    precision = (precision + precision.T) / 2
+    mean = rng.normal(0.0, 1.0, d)
+    return Problem(
+        "rotated_gaussian_20", "correlated Gaussian, d=20, variances log-spaced 0.1..10 under a fixed random "
+        "rotation (seed 14)", d, {"m": _tolist(mean), "P": _tolist(precision)},
+        "-0.5 * dot(x - m, P @ (x - m))", [f"x{i}" for i in range(d)],
+        closed_form={"mean": _tolist(mean), "sd": _tolist(np.sqrt(np.diag(cov)))},
+    )
+
+
+def eight_schools_noncentered() -> Problem:
+    return Problem(
+        "eight_schools_noncentered", "eight schools, non-centred: mu, log tau, eta_1..8 (theta = mu + tau eta)",
+        10, {"y": SCHOOLS_Y, "sigma": SCHOOLS_SIGMA},
+        "log_normal(x[0], 0, 5) + " + _LOG_TAU + " + sum(log_normal(x[2:], 0, 1))"
+        " + sum(log_normal(y, x[0] + exp(x[1]) * x[2:], sigma))",
+        ["mu", "log_tau"] + [f"eta{j}" for j in range(1, 9)],
+        nuts={"target_accept_prob": 0.9},
+    )
+
+
+def eight_schools_centered() -> Problem:
+    return Problem(
+        "eight_schools_centered", "eight schools, centred: mu, log tau, theta_1..8 (funnel between log tau and "
+        "theta); reference = the non-centred NUTS draws mapped to theta", 10,
+        {"y": SCHOOLS_Y, "sigma": SCHOOLS_SIGMA},
+        "log_normal(x[0], 0, 5) + " + _LOG_TAU + " + sum(log_normal(x[2:], x[0], exp(x[1])))"
+        " + sum(log_normal(y, x[2:], sigma))",
+        ["mu", "log_tau"] + [f"theta{j}" for j in range(1, 9)],
+        reference_from="eight_schools_noncentered",
+    )
+
+
+def diabetes_regression() -> Problem:
+    from sklearn.datasets import load_diabetes
+
+    data = load_diabetes(scaled=False)
+    names = ["intercept"] + [f"b_{n}" for n in data.feature_names] + ["log_sigma"]
+    # alpha ~ N(0, 200^2), beta_j ~ N(0, 100^2) (weak on the raw scale), sigma ~ HalfNormal(100) in log sigma
+    # with its Jacobian.
+    return Problem(
+        "diabetes_regression", "linear regression on the raw (unstandardised) diabetes data, 442 x 10; "
+        "intercept, 10 slopes, log sigma (badly scaled, intercept-slope correlations)", 12,
+        {"X": _tolist(data.data), "y": _tolist(data.target)},
+        "log_normal(x[0], 0, 200) + sum(log_normal(x[1:11], 0, 100))"
+        " + log_normal(exp(x[11]), 0, 100) + x[11]"
+        " + sum(log_normal(y, x[0] + X @ x[1:11], exp(x[11])))",
+        names, nuts={"full_mass": True},
+    )
+
+
+def breast_cancer_logistic() -> Problem:
+    from sklearn.datasets import load_breast_cancer
+
+    data = load_breast_cancer()
+    X = (data.data - data.data.mean(0)) / data.data.std(0)
+    return Problem(
+        "breast_cancer_logistic", "logistic regression on the standardised breast-cancer data, 569 x 30; "
+        "intercept ~ N(0, 2.5^2), weights ~ N(0, 1)", 31,
+        {"X": _tolist(X), "y": _tolist(data.target)},
+        "log_normal(x[0], 0, 2.5) + sum(log_normal(x[1:], 0, 1))"
+        " + sum(y * (x[0] + X @ x[1:]) - softplus(x[0] + X @ x[1:]))",
+        ["intercept"] + [f"w_{n}" for n in data.feature_names],
+    )
+
+
+@cache
+def ar_series() -> np.ndarray:
+    """AR(2) y_t = c + φ1 y_{t−1} + φ2 y_{t−2} + σ ε_t, 500 burn-in steps dropped (seed AR_SEED)."""
+    rng = np.random.default_rng(AR_SEED)
+    t = AR_TRUE
+    y = np.zeros(AR_N + 500)
+    for i in range(2, len(y)):
+        y[i] = t["c"] + t["phi1"] * y[i - 1] + t["phi2"] * y[i - 2] + t["sigma"] * rng.standard_normal()
+    return y[500:]
+
+
+def ar2() -> Problem:
+    n = AR_N
+    return Problem(
+        "ar2", f"AR(2) on a simulated series of {n} points (seed {AR_SEED}, c=0.5, phi=(0.6, -0.3), sigma=1), "
+        "likelihood conditional on the first two; c ~ N(0, 10^2), phi ~ N(0, 1), sigma ~ HalfNormal(5) in log sigma",
+        4, {"y": _tolist(ar_series())},
+        "log_normal(x[0], 0, 10) + sum(log_normal(x[1:3], 0, 1)) + log_normal(exp(x[3]), 0, 5) + x[3]"
+        f" + sum(log_normal(y[2:{n}], x[0] + x[1] * y[1:{n - 1}] + x[2] * y[0:{n - 2}], exp(x[3])))",
+        ["c", "phi1", "phi2", "log_sigma"],
+    )
+
+
+@cache
+def mixture_data() -> np.ndarray:
+    rng = np.random.default_rng(MIX_SEED)
+    t = MIX_TRUE
+    first = rng.random(MIX_N) < t["w"]
+    return np.where(first, rng.normal(t["mu1"], t["sigma"], MIX_N), rng.normal(t["mu2"], t["sigma"], MIX_N))
+
+
+# The likelihood is symmetric under relabelling (mu1, mu2, w) -> (mu2, mu1, 1 - w); asymmetric priors alone
+# leave the swapped mode ~0.5 % of the mass and NUTS chains started in its basin stay there (seen in a first
+# reference run). So the means are ordered, as Stan's `ordered` type does: mu2 = mu1 + e^g, g = log gap, with
+# the log-Jacobian g. Priors: mu1, mu2 ~ N(0, 3^2), sigma ~ HalfNormal(2) in log sigma (+ Jacobian),
+# logit w ~ N(0, 1.5^2).
+_MU2 = "(x[0] + exp(x[1]))"
+_MIX_PRIOR = (f"log_normal(x[0], 0, 3) + log_normal({_MU2}, 0, 3) + x[1] + log_normal(exp(x[2]), 0, 2) + x[2]"
+              " + log_normal(x[3], 0, 1.5)")
+
+
+def _mixture(naive: bool) -> Problem:
+    if naive:
+        like = ("sum(log(sigmoid(x[3]) * exp(log_normal(y, x[0], exp(x[2])))"
+                f" + (1 - sigmoid(x[3])) * exp(log_normal(y, {_MU2}, exp(x[2])))))")
+    else:
+        like = ("sum(logaddexp(log_sigmoid(x[3]) + log_normal(y, x[0], exp(x[2])),"
+                f" log_sigmoid(-x[3]) + log_normal(y, {_MU2}, exp(x[2]))))")
+    return Problem(
+        "mixture_naive" if naive else "mixture",
+        f"two-component 1-D Gaussian mixture over {MIX_N} simulated points (seed {MIX_SEED}); mu1, "
+        "log gap (mu2 = mu1 + e^gap, ordered), log sigma, logit w; "
+        + ("written naively as log(w e^a + (1-w) e^b)" if naive else "written with logaddexp"),
+        4, {"y": _tolist(mixture_data())}, _MIX_PRIOR + " + " + like, ["mu1", "log_gap", "log_sigma", "logit_w"],
+        flagged=("log(w e^a + (1-w) e^b) underflows to log 0 away from the data (in float32 soon, in float64 at "
+                 "small sigma, e.g. some N(0, 1) starting points); expected to fail until the compiler rewrites it "
+                 "to logaddexp") if naive else None,
+        reference_from="mixture" if naive else None,
+    )
+
+
+def mixture() -> Problem:
+    return _mixture(naive=False)
+
+
+def mixture_naive() -> Problem:
+    return _mixture(naive=True)
+
+
+_BUILDERS = (funnel, ill_gaussian, rotated_gaussian, eight_schools_noncentered, eight_schools_centered,
+             diabetes_regression, breast_cancer_logistic, ar2, mixture, mixture_naive)
+
+
+@cache
+def problems() -> dict[str, Problem]:
+    """name → Problem, in suite order."""
+    out = {}
+    for build in _BUILDERS:
+        problem = build()
+        out[problem.name] = problem
+    return out
+
+
+def get(name: str) -> Problem:
+    return problems()[name]
