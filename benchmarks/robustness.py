@@ -5,7 +5,8 @@
 
 For each problem (benchmarks/robustness/problems.py) and method, the problem is submitted as an `expression`
 target to an embedded stack (API + worker, as `parvis serve`), with the method's documented defaults: only
-`method` and `target` are sent, plus `steps` / `num_particles` / `seed` when given here. A method the server
+`method` and `target` are sent (plus METHOD_SPECS: `auto` gets steps 3,000 as its upper bound, NUTS 1,000
+warm-up + 1,000 kept transitions per chain), and `steps` / `num_particles` / `seed` when given here. A method the server
 does not list (GET /v1/methods; e.g. `auto` before it lands) is reported as missing and skipped. Draws: the
 job's particles (GET /v1/jobs/{id}/particles), or for a method with a sampler (gpvi) `--draws` fresh draws from
 POST /v1/samplers/{id}/sample. Scores (benchmarks/robustness/scoring.py) against the stored reference
@@ -41,6 +42,12 @@ RESULTS = ROOT / "benchmarks" / "results" / "robustness.json"
 DOC = ROOT / "docs" / "benchmarks.md"
 SECTION = "Robustness suite (issue 14)"
 DEFAULT_METHODS = ["auto", "svgd", "gpvi", "nuts"]
+#: what each method gets beyond `method` and `target` (issue 14: defaults, except that `auto`'s `steps` is an
+#: upper bound and NUTS runs 1,000 warm-up + 1,000 kept transitions in each of its 4 default chains)
+METHOD_SPECS: dict[str, dict[str, Any]] = {
+    "auto": {"steps": 3000},
+    "nuts": {"steps": 2000, "options": {"warmup_steps": 1000}},
+}
 
 
 def load_results(path: Path) -> dict[str, Any]:
@@ -65,7 +72,8 @@ def run_cell(stack: Any, name: str, method: str, args: argparse.Namespace) -> di
     """Submit one problem with one method, wait, fetch draws, score. Never raises for a failed job."""
     problem = problems()[name]
     reference = load_reference(name)
-    spec: dict[str, Any] = {"method": method, "target": problem.target_spec(), "name": f"robustness {name}"}
+    spec: dict[str, Any] = {"method": method, "target": problem.target_spec(), "name": f"robustness {name}",
+                            **METHOD_SPECS.get(method, {})}
     for key, value in (("steps", args.steps), ("num_particles", args.particles), ("seed", args.seed)):
         if value is not None:
             spec[key] = value
