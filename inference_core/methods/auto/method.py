@@ -33,6 +33,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from inference_core import errors
 from inference_core.kernels import bandwidth_rule_from_options, kernel_from_options
 from inference_core.methods.auto.pathfinder import PathfinderResult, pathfinder
 from inference_core.methods.base import Method, check_direction
@@ -46,6 +47,11 @@ from inference_core.seeding import derive_seed, per_particle_normal
 from inference_core.targets.base import Target
 
 
+#: Largest dimension `auto` takes: Pathfinder forms dense d×d Hessians (2d gradient rows each) and the whitening
+#: a dense root; beyond this (BNN weights) use the function-space or generative methods (docs/method-choice.md).
+MAX_DIM = 2000
+
+
 def bandwidth_factor(options: AutoOptions, dim: int) -> float:
     return max(1.0, dim / 20.0) if options.bandwidth_factor == "auto" else float(options.bandwidth_factor)
 
@@ -56,6 +62,10 @@ class Auto(Method):
 
     def __init__(self, target: Target, options: AutoOptions, num_particles: int, seed: int, device: torch.device):
         super().__init__(target, options, num_particles, seed, device)
+        if int(target.dim) > MAX_DIM:
+            raise errors.MethodUnsupportedForTarget(
+                f"auto takes targets of dimension up to {MAX_DIM} (dense Pathfinder Hessians and whitening); this one "
+                f"has {target.dim}: use fsvgd, ensemble or gpvi for network weights")
         found = pathfinder(target, generator=torch.Generator().manual_seed(derive_seed(seed, 3)), dtype=self.dtype,
                            **options.pathfinder.model_dump())
         self.found: PathfinderResult = found

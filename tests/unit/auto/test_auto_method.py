@@ -102,3 +102,11 @@ def test_a_naively_written_mixture_starts_and_fits_in_float32() -> None:
         assert abs(float(w.mean()) - 0.3) < 0.1, (method, float(w.mean()))
         sigma = torch.exp(result.particles.double()[:, 1])
         assert abs(float(sigma.mean()) - 0.5) < 0.1, (method, float(sigma.mean()))
+
+
+def test_auto_refuses_targets_too_large_for_dense_whitening() -> None:
+    d = 2001
+    spec = {"method": "auto", "num_particles": 4, "steps": 1,
+            "target": {"kind": "expression", "dim": d, "log_prob": "-0.5 * sum(x**2)"}}
+    with pytest.raises(errors.MethodUnsupportedForTarget, match="up to 2000"):
+        build_method(validate_job_spec(spec))
