@@ -20,7 +20,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._timing import cpu_model, load_average, replace_section, timed_calls  # noqa: E402
-from tests.support.stack import Stack  # noqa: E402
+from tests.support.stack import started_embedded  # noqa: E402
 
 
 def main() -> None:
@@ -30,33 +30,26 @@ def main() -> None:
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
     load_at_start = load_average()
-    with tempfile.TemporaryDirectory() as tmp:
-        stack = Stack("embedded", Path(tmp))
-        try:
-            stack.migrate()
-            stack.start_api()
-            stack.start_worker()
-            spec = {"method": "gpvi", "target": {"kind": "gaussian", "mean": [0.0, 0.0],
-                                                  "cov": [[1.0, 0.5], [0.5, 2.0]]},
-                    "num_particles": 100, "steps": args.steps, "seed": 0}
-            job_id = stack.submit(spec).json()["id"]
-            job = stack.wait_status(job_id, {"succeeded", "failed"}, timeout=3600)
-            if job["status"] != "succeeded":
-                raise SystemExit(f"training failed: {job['error']}")
-            url = f"/v1/samplers/{job['sampler_id']}/sample"
-            config = stack.client.get(f"/v1/samplers/{job['sampler_id']}").json()["config"]["generator"]
-            rows = []
-            for label, headers in [("npy", {"Accept": "application/x-npy"}), ("json", {})]:
-                seeds = iter(range(10**6))
+    with tempfile.TemporaryDirectory() as tmp, started_embedded(Path(tmp)) as stack:
+        spec = {"method": "gpvi", "target": {"kind": "gaussian", "mean": [0.0, 0.0],
+                                              "cov": [[1.0, 0.5], [0.5, 2.0]]},
+                "num_particles": 100, "steps": args.steps, "seed": 0}
+        job_id = stack.submit(spec).json()["id"]
+        job = stack.wait_status(job_id, {"succeeded", "failed"}, timeout=3600)
+        if job["status"] != "succeeded":
+            raise SystemExit(f"training failed: {job['error']}")
+        url = f"/v1/samplers/{job['sampler_id']}/sample"
+        config = stack.client.get(f"/v1/samplers/{job['sampler_id']}").json()["config"]["generator"]
+        rows = []
+        for label, headers in [("npy", {"Accept": "application/x-npy"}), ("json", {})]:
+            seeds = iter(range(10**6))
 
-                def call(headers=headers, seeds=seeds) -> None:  # noqa: ANN001
-                    response = stack.client.post(url, json={"n": 10_000, "seed": next(seeds)}, headers=headers)
-                    response.raise_for_status()
+            def call(headers=headers, seeds=seeds) -> None:  # noqa: ANN001
+                response = stack.client.post(url, json={"n": 10_000, "seed": next(seeds)}, headers=headers)
+                response.raise_for_status()
 
-                times = timed_calls(call, args.repeats)
-                rows.append((label, statistics.median(times), sorted(times)[int(0.9 * len(times))]))
-        finally:
-            stack.stop()
+            times = timed_calls(call, args.repeats)
+            rows.append((label, statistics.median(times), sorted(times)[int(0.9 * len(times))]))
     lines = [
         f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} with `python benchmarks/sample_latency.py`.",
         f"Machine: {cpu_model()}, {torch.get_num_threads()} torch threads in the API process; torch {torch.__version__}.",

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -165,3 +165,17 @@ class Stack:
                 proc.wait(timeout=10)
         if self.database is not None:
             self.database.drop()
+
+
+@contextlib.contextmanager
+def started_embedded(root: Path) -> Iterator[Stack]:
+    """An embedded stack (API + worker, SQLite, filesystem queue) under `root`, migrated and started; stopped on
+    exit. What the benchmark scripts that go through HTTP share."""
+    stack = Stack("embedded", root)
+    try:
+        stack.migrate()
+        stack.start_api()
+        stack.start_worker()
+        yield stack
+    finally:
+        stack.stop()
