@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 
-from tests.support.stack import Stack
+from tests.support.stack import Stack, started_embedded
 
 pytestmark = pytest.mark.integration
 
@@ -35,14 +35,8 @@ TARGETS = {
 
 @pytest.fixture(scope="module")
 def embedded(tmp_path_factory: pytest.TempPathFactory):
-    stack = Stack("embedded", tmp_path_factory.mktemp("targets"))
-    try:
-        stack.migrate()
-        stack.start_api()
-        stack.start_worker()
+    with started_embedded(tmp_path_factory.mktemp("targets")) as stack:
         yield stack
-    finally:
-        stack.stop()
 
 
 def test_every_weight_space_kind_runs_as_a_job(embedded: Stack) -> None:
