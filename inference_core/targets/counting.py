@@ -8,8 +8,8 @@ is what the method itself spent.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 from torch import Tensor
 

@@ -46,7 +46,6 @@ from inference_core.schemas.methods import OptimizerOptions
 from inference_core.seeding import derive_seed, per_particle_normal
 from inference_core.targets.base import Target
 
-
 #: Largest dimension `auto` takes: Pathfinder forms dense d×d Hessians (2d gradient rows each) and the whitening
 #: a dense root; beyond this (BNN weights) use the function-space or generative methods (docs/method-choice.md).
 MAX_DIM = 2000

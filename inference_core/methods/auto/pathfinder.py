@@ -156,7 +156,7 @@ def _two_loop(g: Tensor, s_hist: list[Tensor], y_hist: list[Tensor]) -> Tensor:
     """H·g for the L-BFGS inverse Hessian of −log p (ascent direction of log p)."""
     q = g.clone()
     alphas = []
-    for s, y in reversed(list(zip(s_hist, y_hist))):
+    for s, y in reversed(list(zip(s_hist, y_hist, strict=True))):
         rho = 1.0 / float(s @ y)
         alpha = rho * float(s @ q)
         q -= alpha * y

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from inference_core import errors
-from inference_core.training import build_method, run
 from inference_core.spec import validate_job_spec
+from inference_core.training import build_method, run
 
 MEAN_BAR, SD_BAR = 0.15, 0.25
 
