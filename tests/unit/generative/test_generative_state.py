@@ -196,7 +196,7 @@ def test_the_pairwise_helper_refuses_an_oversized_pair_batch() -> None:
 
     big = {"kind": "gaussian", "mean": [0.0] * 200, "cov": torch.eye(200).tolist()}
     spec_big = {"method": "gpvi", "target": big, "num_particles": 1000, "steps": 1,
-                "options": {"generator": {"hidden": [], "noise_dim": 200}}}
+                "options": {"generator": {"hidden": [], "noise_dim": 200}, "helper": "pairwise"}}
     with pytest.raises(errors.MethodOptionsInvalid, match="helper 'matrix'"):
         build_method(validate_job_spec(spec_big))
     spec_big["options"]["helper"] = "matrix"
