@@ -336,6 +336,23 @@ def test_runner_report_marks_cells() -> None:
     assert "not run" in rows["mixture"]
 
 
+def check_against_importance_sampling(name: str, draws: np.ndarray, log_w: np.ndarray, min_ess: float,
+                                      sd_rtol: float) -> None:
+    """The stored reference's means within 5 combined standard errors, and its sds within `sd_rtol`, of the
+    self-normalised importance-sampling estimates from `draws` with log weights `log_w`; the importance ESS
+    must exceed `min_ess` (a proposal good enough for the comparison to mean something)."""
+    weights = np.exp(log_w - log_w.max())
+    weights /= weights.sum()
+    ess_is = 1 / (weights**2).sum()
+    assert ess_is > min_ess
+    mean = weights @ draws
+    sd = np.sqrt(weights @ (draws - mean) ** 2)
+    ref = load_reference(name)
+    se = np.sqrt(np.square(ref["mcse_mean"]) + sd**2 / ess_is)
+    assert np.all(np.abs(np.asarray(ref["mean"]) - mean) < 5 * se)
+    np.testing.assert_allclose(ref["sd"], sd, rtol=sd_rtol)
+
+
 def test_breast_cancer_reference_matches_importance_sampling() -> None:
     """Self-normalised importance sampling from a Student-t (df 8) around the Laplace approximation (Newton
     mode, inverse Hessian × 1.3): an estimator independent of NUTS. Means within 5 combined standard errors,
@@ -357,17 +374,8 @@ def test_breast_cancer_reference_matches_importance_sampling() -> None:
     draws = proposal.rvs(size=20_000)
     eta = draws @ X.T
     log_target = (y * eta - np.logaddexp(0, eta)).sum(1) - 0.5 * (prior_prec * draws**2).sum(1)
-    log_w = log_target - proposal.logpdf(draws)
-    weights = np.exp(log_w - log_w.max())
-    weights /= weights.sum()
-    ess_is = 1 / (weights**2).sum()
-    assert ess_is > 1000  # the proposal is good enough for the comparison to mean something
-    mean = weights @ draws
-    sd = np.sqrt(weights @ (draws - mean) ** 2)
-    ref = load_reference("breast_cancer_logistic")
-    se = np.sqrt(np.square(ref["mcse_mean"]) + sd**2 / ess_is)
-    assert np.all(np.abs(np.asarray(ref["mean"]) - mean) < 5 * se)
-    np.testing.assert_allclose(ref["sd"], sd, rtol=0.08)
+    check_against_importance_sampling("breast_cancer_logistic", draws, log_target - proposal.logpdf(draws),
+                                      min_ess=1000, sd_rtol=0.08)
 
 
 def test_mixture_reference_matches_importance_sampling() -> None:
@@ -392,17 +400,8 @@ def test_mixture_reference_matches_importance_sampling() -> None:
                       / (4 * h * h) for j in range(4)] for i in range(4)])
     proposal = stats.multivariate_t(loc=mode, shape=np.linalg.inv(-hess) * 1.3, df=5, seed=9)
     draws = proposal.rvs(size=20_000)
-    log_w = log_post(draws) - proposal.logpdf(draws)
-    weights = np.exp(log_w - log_w.max())
-    weights /= weights.sum()
-    ess_is = 1 / (weights**2).sum()
-    assert ess_is > 5000
-    mean = weights @ draws
-    sd = np.sqrt(weights @ (draws - mean) ** 2)
-    ref = load_reference("mixture")
-    se = np.sqrt(np.square(ref["mcse_mean"]) + sd**2 / ess_is)
-    assert np.all(np.abs(np.asarray(ref["mean"]) - mean) < 5 * se)
-    np.testing.assert_allclose(ref["sd"], sd, rtol=0.06)
+    check_against_importance_sampling("mixture", draws, log_post(draws) - proposal.logpdf(draws),
+                                      min_ess=5000, sd_rtol=0.06)
 
 
 def test_score_subset_of_coordinates() -> None:

@@ -45,6 +45,7 @@ from inference_core.schemas.kernels import BandwidthOptions, KernelOptions
 from inference_core.schemas.methods import OptimizerOptions
 from inference_core.seeding import derive_seed, per_particle_normal
 from inference_core.targets.base import Target
+from inference_core.targets.whitened import WhitenedTarget
 
 #: Largest dimension `auto` takes: Pathfinder forms dense d×d Hessians (2d gradient rows each) and the whitening
 #: a dense root; beyond this (BNN weights) use the function-space or generative methods (docs/method-choice.md).
@@ -68,8 +69,9 @@ class Auto(Method):
         found = pathfinder(target, generator=torch.Generator().manual_seed(derive_seed(seed, 3)), dtype=self.dtype,
                            **options.pathfinder.model_dump())
         self.found: PathfinderResult = found
-        self.mean = found.best.mean.to(device=device, dtype=self.dtype)
-        self.root = found.best.root.to(device=device, dtype=self.dtype)
+        #: the target in whitened coordinates x = shift + root·u (targets.whitened, shared with generative methods)
+        self.view = WhitenedTarget(target, found.best.mean.to(device=device, dtype=self.dtype),
+                                   found.best.root.to(device=device, dtype=self.dtype))
         d = int(target.dim)
 
         def draw(attempt: int, k: int) -> Tensor:
@@ -89,7 +91,7 @@ class Auto(Method):
 
     # ---- coordinates ----
     def to_target(self, u: Tensor) -> Tensor:
-        return self.mean + u @ self.root.T
+        return self.view.to_target(u)
 
     def particles(self) -> Tensor:
         return self.to_target(self.u.detach())
@@ -107,7 +109,7 @@ class Auto(Method):
         started = time.perf_counter()
         with torch.no_grad():
             u = self.u.detach()
-            score = self.target.score(self.to_target(u)) @ self.root
+            score = self.view.score(u)
             h = self.bandwidth_rule(u)
             phi = svgd_direction(u, score, kernel_from_options(self.kernel_options, h))
             move = self.options.lr * phi.norm(dim=-1, keepdim=True)
@@ -147,9 +149,10 @@ class Auto(Method):
         if int(info) != 0 or not bool(torch.isfinite(chol).all()):
             return
         u = torch.linalg.solve_triangular(chol, centred.T, upper=False).T
-        root = self.root.double()
-        self.mean = (self.mean.double() + root @ centre).to(self.mean)
-        self.root = (root @ chol).to(self.root)
+        view = self.view
+        root = view.root.double()
+        view.shift = (view.shift.double() + root @ centre).to(view.shift)
+        view.root = (root @ chol).to(view.root)
         with torch.no_grad():
             self.u.copy_(u.to(self.u))
         self.bandwidth_rule = bandwidth_rule_from_options(self.kernel_options.bandwidth)
@@ -203,8 +206,8 @@ class Auto(Method):
 
     # ---- checkpoints ----
     def state_dict(self) -> dict[str, Any]:
-        return {"step": self.step_count, "u": self.u.detach().clone(), "mean": self.mean.clone(),
-                "root": self.root.clone(), "optimizer": self.optimizer.state_dict(),
+        return {"step": self.step_count, "u": self.u.detach().clone(), "mean": self.view.shift.clone(),
+                "root": self.view.root.clone(), "optimizer": self.optimizer.state_dict(),
                 "bandwidth_rule": self.bandwidth_rule.state_dict(),
                 "checked": None if self.checked is None else torch.stack(self.checked),
                 "converged_step": -1 if self.converged_step is None else self.converged_step,
@@ -213,7 +216,7 @@ class Auto(Method):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         with torch.no_grad():
             self.u.copy_(state["u"].to(self.u))
-        self.mean, self.root = state["mean"].to(self.mean), state["root"].to(self.root)
+        self.view.shift, self.view.root = state["mean"].to(self.view.shift), state["root"].to(self.view.root)
         self.optimizer.load_state_dict(state["optimizer"])
         self.bandwidth_rule.load_state_dict(state["bandwidth_rule"])
         self.step_count = int(state["step"])
