@@ -15,6 +15,8 @@ import threading
 import time
 from pathlib import Path
 
+from app.logging_config import configure_logging, logging_dict_config
+
 LOOPBACK_NAMES = {"localhost"}
 logger = logging.getLogger("parvis")
 
@@ -120,7 +122,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     print(f"  authentication: {auth}", flush=True)
     print(f"  data directory: {settings.data_dir}", flush=True)
     server = server_class(uvicorn.Config(create_app(settings), host=args.host, port=args.port,
-                                         log_level="info", access_log=False))
+                                         log_level="info", access_log=False,
+                                         log_config=logging_dict_config(settings.log_format)))
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, server.handle_exit)
     try:
@@ -141,7 +144,8 @@ def cmd_api(args: argparse.Namespace) -> int:
 
     from app.main import create_app
 
-    uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level="info", access_log=False)
+    uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level="info", access_log=False,
+                log_config=logging_dict_config(settings.log_format))
     return 0
 
 
@@ -217,8 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("alembic").setLevel(logging.WARNING)
+    configure_logging()  # PARVIS_LOG_FORMAT: text (default) or json; uvicorn gets the same set-up below
     args = build_parser().parse_args(argv)
     sys.exit(args.func(args))
 

@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
+from app.api.access_log import AccessLogMiddleware
 from app.api.middleware import BodyLimitMiddleware, RequestIdMiddleware
 from app.api.problems import install_problem_handlers
 from app.api.routes import catalog, datasets, events, health, jobs, predict, samplers, targets
@@ -32,7 +33,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.settings = settings
         app.state.engine = engine
         app.state.session_factory = make_session_factory(engine)
-        app.state.store = make_store(settings.artifacts_url)
+        app.state.store = make_store(settings.artifacts_url, settings)
         app.state.celery = make_celery(settings, main="parvis-api")
         app.state.sampler_cache = SamplerCache(settings.sampler_cache_size)
         if not settings.auth_enabled:
@@ -53,6 +54,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(BodyLimitMiddleware, limit_for=lambda path: settings.max_dataset_bytes
                        if path.rstrip("/") == "/v1/datasets" else settings.max_request_bytes)
     app.add_middleware(RequestIdMiddleware)
+    if settings.log_format == "json":
+        app.add_middleware(AccessLogMiddleware)  # outermost: times the whole request, 413s included
     for module in (health, catalog, targets, jobs, events, datasets, samplers, predict):
         app.include_router(module.router)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]

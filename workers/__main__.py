@@ -6,12 +6,16 @@ import sys
 import uuid
 
 from app.data.settings import get_settings
+from app.logging_config import configure_logging
 
 
 def main(argv: list[str] | None = None) -> None:
+    settings = get_settings()
+    # Before Celery starts: its logging set-up (worker_hijack_root_logger=False) keeps a configured root
+    # handler, so Celery's own lines, the pool children's and ours share one format (text or JSON).
+    configure_logging(settings.log_format)
     from workers.celery_app import app
 
-    settings = get_settings()
     args = [
         "worker",
         "--pool", "prefork",
@@ -21,7 +25,8 @@ def main(argv: list[str] | None = None) -> None:
         "--loglevel", "INFO",
         "--without-mingle", "--without-gossip",
     ]
-    app.worker_main([*args, *(argv if argv is not None else sys.argv[1:])])
+    quiet = ["--quiet"] if settings.log_format == "json" else []  # no ASCII-art banner among JSON lines
+    app.worker_main([*quiet, *args, *(argv if argv is not None else sys.argv[1:])])
 
 
 if __name__ == "__main__":

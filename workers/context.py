@@ -28,7 +28,7 @@ def worker_context() -> WorkerContext:
     return WorkerContext(
         settings=settings,
         sessions=make_session_factory(make_engine(settings.database_url)),
-        store=make_store(settings.artifacts_url),
+        store=make_store(settings.artifacts_url, settings),
         sender=make_celery(settings, main="parvis-worker-sender"),
     )
 

@@ -23,6 +23,7 @@ from app.data.models import Artifact, Job, Sampler
 from app.data.predictors import store_predictor
 from app.data.queue import enqueue_job
 from app.data.samplers import artifact_row, store_sampler
+from app.logging_config import log_context
 from inference_core import errors
 from inference_core.methods.base import Method
 from inference_core.serialization import state_from_bytes, state_to_bytes
@@ -185,8 +186,9 @@ def run_job_by_id(job_id: str) -> None:
             return
         job = session.get(Job, job_id)
         session.expunge(job)
-    logger.info("job %s claimed (attempt %d) by %s", job_id, lease.attempt, owner)
-    JobExecution(context, lease, job).execute()
+    with log_context(job_id=job_id, tenant=job.tenant_id):  # every line logged while it runs names the job
+        logger.info("job %s claimed (attempt %d) by %s", job_id, lease.attempt, owner)
+        JobExecution(context, lease, job).execute()
 
 
 class JobExecution:

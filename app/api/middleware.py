@@ -15,6 +15,8 @@ from http import HTTPStatus
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.logging_config import bind_log_context
+
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._\-]{1,64}$")
 
 
@@ -31,6 +33,7 @@ class RequestIdMiddleware:
         given = dict(scope["headers"]).get(b"x-request-id", b"").decode("latin-1")
         request_id = given if _REQUEST_ID.match(given) else uuid.uuid4().hex
         scope.setdefault("state", {})["request_id"] = request_id
+        bind_log_context(request_id=request_id)  # this request's task only: its log lines carry the id
 
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":

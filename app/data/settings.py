@@ -2,15 +2,16 @@
 
 Embedded default: everything lives under `data_dir` (SQLite file, filesystem broker, artifact folder).
 Cluster: set `PARVIS_DATABASE_URL` (postgresql+psycopg://…), `PARVIS_BROKER_URL` (redis://…) and
-`PARVIS_ARTIFACTS_URL`.
+`PARVIS_ARTIFACTS_URL` (a shared folder or s3://bucket/prefix).
 """
 
 from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -21,6 +22,17 @@ class Settings(BaseSettings):
     database_url: str = ""
     broker_url: str = ""
     artifacts_url: str = ""
+    # S3-compatible artifact store (PARVIS_ARTIFACTS_URL=s3://bucket/prefix): endpoint for MinIO & co. (empty:
+    # AWS), region and keys; empty values fall back to boto3's chain (AWS_ACCESS_KEY_ID, ~/.aws, roles).
+    s3_endpoint_url: str = ""
+    s3_region: str = ""
+    s3_access_key_id: str = ""
+    s3_secret_access_key: SecretStr = SecretStr("")
+    s3_max_attempts: int = 5  # botocore's retries (standard mode) for throttling, 5xx and dropped connections
+
+    # Log lines: "text" for a terminal, "json" (one object a line: ts, level, logger, message, request_id,
+    # job_id, tenant, exc, and an access line per request) for log collectors. docs/architecture.md, "Logs".
+    log_format: Literal["text", "json"] = "text"
 
     auth_enabled: bool = False
     secret_key: str = Field(default="", description="signs page tokens; default: a file in data_dir")
