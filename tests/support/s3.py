@@ -6,8 +6,10 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -84,3 +86,47 @@ def running_s3_server(log_dir: Path) -> Iterator[S3Server]:
                 os.killpg(process.pid, signal.SIGKILL)
             process.wait(timeout=10)
         log.close()
+
+
+class DroppingProxy:
+    """A TCP proxy in front of the S3 server that closes the first `drops` connections at once (a network
+    blip, a restarting load balancer) and forwards the rest: faults on the wire, not a mocked client."""
+
+    def __init__(self, upstream_port: int, drops: int):
+        self.upstream_port = upstream_port
+        self.drops_left = drops
+        self.dropped = 0
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.endpoint_url = f"http://127.0.0.1:{self.port}"
+        self.lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return  # closed
+            with self.lock:
+                drop = self.drops_left > 0
+                if drop:
+                    self.drops_left -= 1
+                    self.dropped += 1
+            if drop:
+                client.close()
+                continue
+            upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
+            for source, sink in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(source, sink), daemon=True).start()
+
+    @staticmethod
+    def _pipe(source: socket.socket, sink: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while chunk := source.recv(65536):
+                sink.sendall(chunk)
+        with contextlib.suppress(OSError):
+            sink.shutdown(socket.SHUT_WR)
+
+    def close(self) -> None:
+        self.listener.close()

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from app.data.settings import Settings
 from app.data.store import ArtifactStore, LocalArtifactStore, S3ArtifactStore, make_store
-from tests.support.s3 import S3Server, running_s3_server
+from tests.support.s3 import DroppingProxy, S3Server, running_s3_server
 
 
 @pytest.fixture(scope="module")
@@ -20,7 +21,8 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
         yield server
 
 
-@pytest.fixture(params=["local", "s3"])
+# The S3 half spawns a server process: marked integration like the other tests that do.
+@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.integration)])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> ArtifactStore:
     if request.param == "local":
         return make_store(str(tmp_path / "artifacts"))
@@ -81,8 +83,8 @@ def test_delete_prefix_removes_exactly_the_prefix(store: ArtifactStore) -> None:
 
 def test_delete_prefix_pages_through_large_listings(store: ArtifactStore) -> None:
     keys = [f"jobs/job_5/part-{i:04d}" for i in range(1105)]  # more than one page (1000) of a listing
-    for key in keys:
-        store.put(key, b"")
+    with ThreadPoolExecutor(8) as pool:  # the stores are thread-safe; this only saves wall time
+        list(pool.map(lambda key: store.put(key, b""), keys))
     store.put("jobs/job_6/keep", b"keep")
     store.delete_prefix("jobs/job_5")
     assert not any(store.exists(key) for key in (keys[0], keys[999], keys[1000], keys[-1]))
@@ -98,6 +100,7 @@ def test_invalid_keys_are_refused(store: ArtifactStore, key: str) -> None:
             operation()
 
 
+@pytest.mark.integration
 def test_s3_objects_live_under_the_url_prefix(s3_server: S3Server, tmp_path: Path) -> None:
     bucket = s3_server.create_bucket()
     env = s3_server.service_env(bucket, prefix="parvis/prod")
@@ -114,6 +117,7 @@ def test_s3_objects_live_under_the_url_prefix(s3_server: S3Server, tmp_path: Pat
     assert s3_server.keys(bucket) == ["parvis/staging/jobs/job_7/particles.npy"]
 
 
+@pytest.mark.integration
 def test_s3_errors_other_than_a_missing_key_are_not_hidden(s3_server: S3Server, tmp_path: Path) -> None:
     env = s3_server.service_env("no-such-bucket-here")
     settings = Settings(data_dir=tmp_path, s3_endpoint_url=env["PARVIS_S3_ENDPOINT_URL"],
@@ -132,3 +136,29 @@ def test_unknown_schemes_and_bucketless_urls_are_refused(tmp_path: Path) -> None
     with pytest.raises(ValueError, match="bucket"):
         make_store("s3:///prefix", Settings(data_dir=tmp_path))
     assert isinstance(make_store(f"file://{tmp_path}/a"), LocalArtifactStore)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("max_attempts", [1, 4])
+def test_s3_dropped_connections_are_retried(s3_server: S3Server, tmp_path: Path, max_attempts: int) -> None:
+    bucket = s3_server.create_bucket()
+    env = s3_server.service_env(bucket)
+    proxy = DroppingProxy(int(s3_server.endpoint_url.rsplit(":", 1)[1]), drops=3)
+    try:
+        settings = Settings(data_dir=tmp_path, s3_endpoint_url=proxy.endpoint_url, s3_region=env["PARVIS_S3_REGION"],
+                            s3_access_key_id=env["PARVIS_S3_ACCESS_KEY_ID"],
+                            s3_secret_access_key=env["PARVIS_S3_SECRET_ACCESS_KEY"], s3_max_attempts=max_attempts)
+        store = make_store(env["PARVIS_ARTIFACTS_URL"], settings)
+        if max_attempts == 1:  # without retries the blip reaches the caller: the drops are real
+            from botocore.exceptions import ConnectionClosedError
+
+            with pytest.raises(ConnectionClosedError):
+                store.put("jobs/job_9/particles.npy", b"abc")
+            assert proxy.dropped >= 1
+        else:
+            store.put("jobs/job_9/particles.npy", b"abc")
+            assert proxy.dropped == 3
+            assert store.get("jobs/job_9/particles.npy") == b"abc"
+            assert s3_server.keys(bucket) == ["artifacts/jobs/job_9/particles.npy"]
+    finally:
+        proxy.close()
