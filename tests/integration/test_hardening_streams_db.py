@@ -1,0 +1,188 @@
+"""Issue 15, items 2 and 7 and ETag polling, over real HTTP against real processes:
+
+- many open event streams on the cluster API (PostgreSQL pool of 10 + 10) hold no connection between reads,
+  plain polls keep answering, every stream gets its terminal event, and stream N+1 of a tenant gets 429;
+- with its database refusing connections the API answers 503 `database_unavailable` + Retry-After on any
+  route, readiness reports the database down, and requests succeed again once it is back (no restart);
+- `GET /v1/jobs/{id}` (and the list) carry a strong ETag and answer 304 to a matching If-None-Match.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import psycopg
+import pytest
+
+from tests.support.stack import POSTGRES_ADMIN_URL, Stack, wait_for
+
+pytestmark = pytest.mark.integration
+
+STREAMS = 25  # more than the API's whole pool (10 + 10 overflow)
+
+
+def endless_spec() -> dict:
+    """A job that runs until cancelled."""
+    return {
+        "method": "svgd",
+        "target": {"kind": "gaussian", "mean": [0.0, 0.0], "cov": [[1.0, 0.0], [0.0, 1.0]]},
+        "num_particles": 50,
+        "steps": 1_000_000,
+        "seed": 1,
+    }
+
+
+def database_connections(name: str) -> tuple[int, int]:
+    """(all connections to the database, those idle inside an open transaction) as PostgreSQL counts them."""
+    with psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True) as admin:
+        row = admin.execute(
+            "SELECT count(*), count(*) FILTER (WHERE state = 'idle in transaction') FROM pg_stat_activity "
+            "WHERE datname = %s AND pid <> pg_backend_pid()", (name,)).fetchone()
+    return int(row[0]), int(row[1])
+
+
+def follow_events(base_url: str, job_id: str, on_first: Callable[[], None]) -> tuple[int, list[dict]]:
+    """Read one job's event stream to its end: (HTTP status, the `job` events received)."""
+    events: list[dict] = []
+    with httpx.Client(base_url=base_url, timeout=httpx.Timeout(180)) as client, \
+            client.stream("GET", f"/v1/jobs/{job_id}/events", params={"poll_seconds": 1.0}) as response:
+        for line in response.iter_lines():
+            if line.startswith("data: "):
+                events.append(json.loads(line[6:]))
+                if len(events) == 1:
+                    on_first()
+        return response.status_code, events
+
+
+def assert_problem(response: httpx.Response, status: int, code: str) -> None:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == "application/problem+json"
+    assert response.json()["code"] == code
+
+
+def test_open_event_streams_hold_no_connection_and_are_capped_per_tenant(
+        make_stack: Callable[..., Stack]) -> None:
+    stack = make_stack("cluster", PARVIS_MAX_STREAMS_PER_TENANT=str(STREAMS))
+    assert stack.database is not None
+    stack.start_worker()
+    job_id = stack.submit(endless_spec()).json()["id"]
+    stack.wait_status(job_id, {"running"}, timeout=120)
+
+    streaming = threading.Semaphore(0)
+    with ThreadPoolExecutor(STREAMS) as pool:
+        followers = [pool.submit(follow_events, stack.base_url, job_id, streaming.release) for _ in range(STREAMS)]
+        try:
+            for _ in range(STREAMS):  # every stream has delivered its first event and is open
+                assert streaming.acquire(timeout=120), stack.log_tail()
+
+            # Plain polls are served while all the streams are open (they waited 30 s, then 500, before).
+            for _ in range(10):
+                assert stack.client.get(f"/v1/jobs/{job_id}").status_code == 200
+                assert stack.client.get("/v1/jobs").status_code == 200
+            # PostgreSQL sees fewer connections than streams, and none parked inside a transaction.
+            for _ in range(5):
+                total, in_transaction = database_connections(stack.database.name)
+                assert total < STREAMS, (total, in_transaction)
+                assert in_transaction <= 3, (total, in_transaction)
+                time.sleep(0.2)
+
+            # One stream more than the cap for this tenant: 429 with a hint when to come back.
+            extra = stack.client.get(f"/v1/jobs/{job_id}/events")
+            assert_problem(extra, 429, "too_many_streams")
+            assert int(extra.headers["retry-after"]) > 0
+            # A missing job is still a 404, cap or not.
+            assert_problem(stack.client.get("/v1/jobs/job_missing/events"), 404, "not_found")
+        finally:
+            assert stack.client.post(f"/v1/jobs/{job_id}/cancel").status_code == 202
+
+        results = [follower.result(timeout=180) for follower in followers]
+    for status, events in results:
+        assert status == 200
+        assert events[0]["status"] == "running"
+        assert events[-1]["status"] == "cancelled", events[-1]
+
+    # The slots are given back as the streams end: a new stream (of the finished job) is served again.
+    def served() -> bool:
+        response = stack.client.get(f"/v1/jobs/{job_id}/events")
+        return response.status_code == 200 and '"status": "cancelled"' in response.text
+
+    wait_for(served, 30, interval=0.5, what="stream slots to be released")
+    assert "QueuePool limit" not in stack.log_tail(400)
+
+
+def test_database_down_answers_503_and_recovers_without_restart(make_stack: Callable[..., Stack]) -> None:
+    stack = make_stack("cluster")
+    assert stack.database is not None
+    name = stack.database.name
+    job_id = stack.submit(endless_spec()).json()["id"]  # no worker: stays queued
+    assert stack.client.get(f"/v1/jobs/{job_id}").status_code == 200
+
+    with psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True) as admin:
+        admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+        try:
+            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                          "WHERE datname = %s AND pid <> pg_backend_pid()", (name,))
+            wait_for(lambda: database_connections(name)[0] == 0, 30, what="the API's connections to end")
+
+            down = [
+                stack.client.get(f"/v1/jobs/{job_id}"),
+                stack.client.get("/v1/jobs"),
+                stack.client.get(f"/v1/jobs/{job_id}/events"),
+                stack.client.post(f"/v1/jobs/{job_id}/cancel"),
+                stack.submit(endless_spec()),
+                stack.client.get("/v1/samplers"),
+            ]
+            for response in down:
+                assert_problem(response, 503, "database_unavailable")
+                assert int(response.headers["retry-after"]) > 0
+                assert "request_id" in response.json()
+            ready = stack.client.get("/v1/health/ready")
+            assert ready.status_code == 503
+            assert ready.json()["checks"]["database"] == "unreachable"
+        finally:
+            admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+
+    # Back without restarting the API: the pool pre-pings and reconnects.
+    wait_for(lambda: stack.client.get(f"/v1/jobs/{job_id}").status_code == 200, 30, what="the API to recover")
+    assert stack.job(job_id)["status"] == "queued"
+    assert stack.client.get("/v1/jobs").status_code == 200
+    assert stack.client.get("/v1/health/ready").json()["checks"]["database"] == "ok"
+    assert stack.client.post(f"/v1/jobs/{job_id}/cancel").status_code == 202
+    assert stack.api is not None and stack.api.poll() is None
+
+
+def test_job_polling_answers_304_while_nothing_changed(make_stack: Callable[..., Stack]) -> None:
+    stack = make_stack("embedded")  # no worker: the job stays queued until cancelled
+    job_id = stack.submit(endless_spec()).json()["id"]
+
+    first = stack.client.get(f"/v1/jobs/{job_id}")
+    second = stack.client.get(f"/v1/jobs/{job_id}")
+    etag = first.headers["etag"]
+    assert etag.startswith('"') and etag.endswith('"') and not etag.startswith("W/")
+    assert second.headers["etag"] == etag and second.json() == first.json()
+
+    unchanged = stack.client.get(f"/v1/jobs/{job_id}", headers={"If-None-Match": etag})
+    assert unchanged.status_code == 304
+    assert unchanged.content == b""
+    assert unchanged.headers["etag"] == etag
+    # A list of tags, weak or not, matches too; another tag does not.
+    listed = stack.client.get(f"/v1/jobs/{job_id}", headers={"If-None-Match": f'"other", W/{etag}'})
+    assert listed.status_code == 304
+    assert stack.client.get(f"/v1/jobs/{job_id}", headers={"If-None-Match": '"other"'}).status_code == 200
+
+    jobs_etag = stack.client.get("/v1/jobs").headers["etag"]
+    assert stack.client.get("/v1/jobs", headers={"If-None-Match": jobs_etag}).status_code == 304
+
+    assert stack.client.post(f"/v1/jobs/{job_id}/cancel").status_code == 202
+    changed = stack.client.get(f"/v1/jobs/{job_id}", headers={"If-None-Match": etag})
+    assert changed.status_code == 200
+    assert changed.json()["status"] == "cancelled"
+    assert changed.headers["etag"] != etag
+    assert stack.client.get("/v1/jobs", headers={"If-None-Match": jobs_etag}).status_code == 200
+    # A missing job is still a 404, whatever the tag.
+    assert_problem(stack.client.get("/v1/jobs/job_missing", headers={"If-None-Match": "*"}), 404, "not_found")
