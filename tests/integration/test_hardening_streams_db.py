@@ -10,6 +10,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -46,10 +48,10 @@ def database_connections(name: str) -> tuple[int, int]:
     return int(row[0]), int(row[1])
 
 
-def follow_events(base_url: str, job_id: str, on_first: Callable[[], None]) -> tuple[int, list[dict]]:
+def follow_events(base_url: str, key: str, job_id: str, on_first: Callable[[], None]) -> tuple[int, list[dict]]:
     """Read one job's event stream to its end: (HTTP status, the `job` events received)."""
     events: list[dict] = []
-    with httpx.Client(base_url=base_url, timeout=httpx.Timeout(180)) as client, \
+    with httpx.Client(base_url=base_url, timeout=httpx.Timeout(180), headers=bearer(key)) as client, \
             client.stream("GET", f"/v1/jobs/{job_id}/events", params={"poll_seconds": 1.0}) as response:
         for line in response.iter_lines():
             if line.startswith("data: "):
@@ -57,6 +59,16 @@ def follow_events(base_url: str, job_id: str, on_first: Callable[[], None]) -> t
                 if len(events) == 1:
                     on_first()
         return response.status_code, events
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+def create_key(stack: Stack, tenant: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "app.cli", "keys", "create", "--tenant", tenant], env=stack.env,
+                          check=True, capture_output=True, text=True)
+    return done.stdout.strip().splitlines()[-1]
 
 
 def assert_problem(response: httpx.Response, status: int, code: str) -> None:
@@ -67,23 +79,35 @@ def assert_problem(response: httpx.Response, status: int, code: str) -> None:
 
 def test_open_event_streams_hold_no_connection_and_are_capped_per_tenant(
         make_stack: Callable[..., Stack]) -> None:
-    stack = make_stack("cluster", PARVIS_MAX_STREAMS_PER_TENANT=str(STREAMS))
+    """25 streams from three tenants (auth on, so each request also looks its key up in the database)."""
+    cap = 9
+    stack = make_stack("cluster", PARVIS_AUTH_ENABLED="true", PARVIS_MAX_STREAMS_PER_TENANT=str(cap))
     assert stack.database is not None
     stack.start_worker()
-    job_id = stack.submit(endless_spec()).json()["id"]
-    stack.wait_status(job_id, {"running"}, timeout=120)
+    keys = {tenant: create_key(stack, tenant) for tenant in ("acme", "bravo", "coda")}
+    streams_of = {"acme": cap, "bravo": cap - 1, "coda": STREAMS - 2 * cap + 1}
+    assert sum(streams_of.values()) == STREAMS
+    jobs = {}
+    for tenant, key in keys.items():
+        response = stack.submit(endless_spec(), headers=bearer(key))
+        assert response.status_code == 202, response.text
+        jobs[tenant] = response.json()["id"]
+    wait_for(lambda: stack.client.get(f"/v1/jobs/{jobs['acme']}", headers=bearer(keys["acme"])).json()["status"]
+             == "running", 120, what="a job to run")
 
     streaming = threading.Semaphore(0)
     with ThreadPoolExecutor(STREAMS) as pool:
-        followers = [pool.submit(follow_events, stack.base_url, job_id, streaming.release) for _ in range(STREAMS)]
+        followers = [pool.submit(follow_events, stack.base_url, keys[tenant], jobs[tenant], streaming.release)
+                     for tenant, count in streams_of.items() for _ in range(count)]
         try:
             for _ in range(STREAMS):  # every stream has delivered its first event and is open
                 assert streaming.acquire(timeout=120), stack.log_tail()
 
             # Plain polls are served while all the streams are open (they waited 30 s, then 500, before).
-            for _ in range(10):
-                assert stack.client.get(f"/v1/jobs/{job_id}").status_code == 200
-                assert stack.client.get("/v1/jobs").status_code == 200
+            for _ in range(5):
+                for tenant, key in keys.items():
+                    assert stack.client.get(f"/v1/jobs/{jobs[tenant]}", headers=bearer(key)).status_code == 200
+                    assert stack.client.get("/v1/jobs", headers=bearer(key)).status_code == 200
             # PostgreSQL sees fewer connections than streams, and none parked inside a transaction.
             for _ in range(5):
                 total, in_transaction = database_connections(stack.database.name)
@@ -91,24 +115,30 @@ def test_open_event_streams_hold_no_connection_and_are_capped_per_tenant(
                 assert in_transaction <= 3, (total, in_transaction)
                 time.sleep(0.2)
 
-            # One stream more than the cap for this tenant: 429 with a hint when to come back.
-            extra = stack.client.get(f"/v1/jobs/{job_id}/events")
+            # One stream more than the cap for acme: 429 with a hint when to come back.
+            extra = stack.client.get(f"/v1/jobs/{jobs['acme']}/events", headers=bearer(keys["acme"]))
             assert_problem(extra, 429, "too_many_streams")
             assert int(extra.headers["retry-after"]) > 0
-            # A missing job is still a 404, cap or not.
-            assert_problem(stack.client.get("/v1/jobs/job_missing/events"), 404, "not_found")
+            # The cap is per tenant: bravo, one under it, still gets its stream.
+            with stack.client.stream("GET", f"/v1/jobs/{jobs['bravo']}/events",
+                                     headers=bearer(keys["bravo"])) as response:
+                assert response.status_code == 200
+            # Another tenant's job, or a missing one, is a 404, cap or not.
+            for job_id in (jobs["acme"], "job_missing"):
+                assert_problem(stack.client.get(f"/v1/jobs/{job_id}/events", headers=bearer(keys["coda"])),
+                               404, "not_found")
         finally:
-            assert stack.client.post(f"/v1/jobs/{job_id}/cancel").status_code == 202
+            for tenant, key in keys.items():
+                assert stack.client.post(f"/v1/jobs/{jobs[tenant]}/cancel", headers=bearer(key)).status_code == 202
 
         results = [follower.result(timeout=180) for follower in followers]
     for status, events in results:
         assert status == 200
-        assert events[0]["status"] == "running"
         assert events[-1]["status"] == "cancelled", events[-1]
 
-    # The slots are given back as the streams end: a new stream (of the finished job) is served again.
+    # The slots are given back as the streams end: acme is served again (its job's single terminal event).
     def served() -> bool:
-        response = stack.client.get(f"/v1/jobs/{job_id}/events")
+        response = stack.client.get(f"/v1/jobs/{jobs['acme']}/events", headers=bearer(keys["acme"]))
         return response.status_code == 200 and '"status": "cancelled"' in response.text
 
     wait_for(served, 30, interval=0.5, what="stream slots to be released")
