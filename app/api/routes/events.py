@@ -22,7 +22,7 @@ from starlette.types import Receive, Scope, Send
 
 from app.api.deps import CurrentTenant, SettingsDep
 from app.api.problems import DATABASE_UNAVAILABLE_ERRORS, Problem
-from app.api.routes.jobs import job_out, owned_job
+from app.api.routes.jobs import job_out, owned_job, sampler_ids
 from app.data.models import TERMINAL_STATUSES
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
@@ -108,7 +108,9 @@ def job_events(
         """The job as the client sees it, or None while the database is unreachable (the stream waits)."""
         try:
             with factory() as own:
-                return job_out(owned_job(own, tenant, job_id)).model_dump(mode="json", exclude={"spec"})
+                job = owned_job(own, tenant, job_id)
+                out = job_out(job, sampler_ids(own, [job.id]).get(job.id))
+            return out.model_dump(mode="json", exclude={"spec"})
         except DATABASE_UNAVAILABLE_ERRORS:
             return None
 
