@@ -107,10 +107,10 @@ def job_events(
     def snapshot() -> dict | None:
         """The job as the client sees it, or None while the database is unreachable (the stream waits)."""
         try:
-            with factory() as own:
+            with factory() as own:  # closed (connection back in the pool) before any serialising
                 job = owned_job(own, tenant, job_id)
-                out = job_out(job, sampler_ids(own, [job.id]).get(job.id))
-            return out.model_dump(mode="json", exclude={"spec"})
+                sampler_id = sampler_ids(own, [job.id]).get(job.id)
+            return job_out(job, sampler_id).model_dump(mode="json", exclude={"spec"})
         except DATABASE_UNAVAILABLE_ERRORS:
             return None
 
