@@ -20,6 +20,8 @@ def get_settings_dep(request: Request) -> Settings:
 
 
 def get_session(request: Request) -> Iterator[Session]:
+    """A session closed as soon as the route has built its response (`scope="function"` below), before the
+    body is sent: a slow client or a streamed body never holds a pooled connection."""
     session = request.app.state.session_factory()
     try:
         yield session
@@ -36,7 +38,7 @@ def get_sender(request: Request) -> Celery:
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
-SessionDep = Annotated[Session, Depends(get_session)]
+SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 StoreDep = Annotated[ArtifactStore, Depends(get_store)]
 SenderDep = Annotated[Celery, Depends(get_sender)]
 

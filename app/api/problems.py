@@ -9,6 +9,8 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from inference_core.errors import InferenceError
@@ -104,3 +106,28 @@ def install_problem_handlers(app: FastAPI) -> None:
         logger.exception("unhandled error (request_id=%s)", request_id_of(request))
         return problem_response(request, 500, "internal_error",
                                 "internal error; quote the request_id when reporting it")
+
+    install_database_unavailable_handler(app)
+
+
+# What SQLAlchemy raises when the database cannot be reached now (server down or refusing connections,
+# connection lost, pool exhausted): a transient condition, so 503 + Retry-After rather than 500.
+DATABASE_UNAVAILABLE_ERRORS: tuple[type[Exception], ...] = (
+    OperationalError, InterfaceError, DisconnectionError, PoolTimeoutError,
+)
+DATABASE_RETRY_AFTER_SECONDS = 5
+
+
+def install_database_unavailable_handler(app: FastAPI) -> None:
+    """503 `database_unavailable` with Retry-After for any route; the pool pre-pings, so once the database
+    is back the next request gets a fresh connection without restarting the API."""
+
+    async def _database_unavailable(request: Request, exc: Exception) -> JSONResponse:
+        logger.warning("database unavailable (request_id=%s): %s: %s", request_id_of(request),
+                       type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
+        return problem_response(request, 503, "database_unavailable",
+                                "the database is unreachable; retry later",
+                                headers={"Retry-After": str(DATABASE_RETRY_AFTER_SECONDS)})
+
+    for error in DATABASE_UNAVAILABLE_ERRORS:
+        app.add_exception_handler(error, _database_unavailable)

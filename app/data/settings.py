@@ -46,6 +46,8 @@ class Settings(BaseSettings):
     max_dim: int = 1_000_000
     max_request_bytes: int = 2 * 1024 * 1024
     max_active_jobs_per_tenant: int = 100
+    # Open GET /v1/jobs/{id}/events streams per tenant, counted in each API process (429 too_many_streams).
+    max_streams_per_tenant: int = 8
     max_dataset_bytes: int = 64 * 1024 * 1024
     max_dataset_rows: int = 2_000_000
     max_dataset_cols: int = 10_000

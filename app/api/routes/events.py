@@ -1,42 +1,118 @@
 """Server-Sent Events for one job: a `job` event whenever its state, progress or metrics change, comment
-heartbeats in between, and the stream ends after the job reaches a terminal state."""
+heartbeats in between, and the stream ends after the job reaches a terminal state.
+
+A stream holds no database connection between its reads: the ownership check and each snapshot open and
+close their own short session. Open streams are capped per tenant (`max_streams_per_tenant`), counted in
+this API process: with N API processes a tenant may hold up to N times the cap."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
-from collections.abc import AsyncIterator
-from typing import Annotated
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, FastAPI, Query, Request
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
+from starlette.types import Receive, Scope, Send
 
-from app.api.deps import CurrentTenant, SessionDep
-from app.api.routes.jobs import job_out, owned_job
+from app.api.deps import CurrentTenant, SettingsDep
+from app.api.problems import DATABASE_UNAVAILABLE_ERRORS, Problem
+from app.api.routes.jobs import job_out, owned_job, sampler_ids
 from app.data.models import TERMINAL_STATUSES
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
 HEARTBEAT_SECONDS = 15.0
+STREAM_RETRY_AFTER_SECONDS = 10
+
+
+class StreamSlots:
+    """Open event streams per tenant in this process."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._open: Counter[str] = Counter()
+
+    def acquire(self, tenant: str, cap: int) -> Callable[[], None]:
+        """A release function for a new slot, or 429 `too_many_streams` when the tenant is at its cap."""
+        with self._lock:
+            if self._open[tenant] >= cap:
+                raise Problem(429, "too_many_streams",
+                              f"{self._open[tenant]} event streams are open for this tenant; the limit is {cap}",
+                              headers={"Retry-After": str(STREAM_RETRY_AFTER_SECONDS)})
+            self._open[tenant] += 1
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            with self._lock:
+                if not released:
+                    released = True
+                    self._open[tenant] -= 1
+                    if self._open[tenant] <= 0:
+                        del self._open[tenant]
+
+        return release
+
+    def open_count(self, tenant: str) -> int:
+        with self._lock:
+            return self._open[tenant]
+
+
+_SLOTS_INIT = threading.Lock()
+
+
+def stream_slots(app: FastAPI) -> StreamSlots:
+    with _SLOTS_INIT:
+        slots = getattr(app.state, "stream_slots", None)
+        if slots is None:
+            slots = app.state.stream_slots = StreamSlots()
+        return slots
+
+
+class SlotStreamingResponse(StreamingResponse):
+    """Gives its stream slot back however the response ends: terminal event, client gone, or error."""
+
+    def __init__(self, content: AsyncIterator[str], release: Callable[[], None], **kwargs: Any):
+        super().__init__(content, **kwargs)
+        self._release = release
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._release()
 
 
 @router.get("/{job_id}/events", response_class=StreamingResponse,
-            responses={200: {"content": {"text/event-stream": {}}}})
+            responses={200: {"content": {"text/event-stream": {}}},
+                       429: {"description": "the tenant has `max_streams_per_tenant` streams open (too_many_streams)"}})
 def job_events(
     job_id: str,
     request: Request,
-    session: SessionDep,
     tenant: CurrentTenant,
+    settings: SettingsDep,
     poll_seconds: Annotated[float, Query(ge=0.1, le=10.0)] = 0.5,
 ) -> StreamingResponse:
-    owned_job(session, tenant, job_id)  # 404 before the stream starts
     factory = request.app.state.session_factory
+    with factory() as session:  # closed before the stream starts
+        owned_job(session, tenant, job_id)  # 404 before the stream starts
+    release = stream_slots(request.app).acquire(tenant, settings.max_streams_per_tenant)
 
-    def snapshot() -> dict:
-        with factory() as own:
-            return job_out(owned_job(own, tenant, job_id)).model_dump(mode="json", exclude={"spec"})
+    def snapshot() -> dict | None:
+        """The job as the client sees it, or None while the database is unreachable (the stream waits)."""
+        try:
+            with factory() as own:  # closed (connection back in the pool) before any serialising
+                job = owned_job(own, tenant, job_id)
+                sampler_id = sampler_ids(own, [job.id]).get(job.id)
+            return job_out(job, sampler_id).model_dump(mode="json", exclude={"spec"})
+        except DATABASE_UNAVAILABLE_ERRORS:
+            return None
 
     async def stream() -> AsyncIterator[str]:
         last = None
@@ -44,7 +120,7 @@ def job_events(
         event_id = 0
         while not await request.is_disconnected():
             state = await run_in_threadpool(snapshot)
-            if state != last:
+            if state is not None and state != last:
                 event_id += 1
                 yield f"id: {event_id}\nevent: job\ndata: {json.dumps(state)}\n\n"
                 last, last_sent = state, time.monotonic()
@@ -55,5 +131,9 @@ def job_events(
                 last_sent = time.monotonic()
             await asyncio.sleep(poll_seconds)
 
-    return StreamingResponse(stream(), media_type="text/event-stream",
-                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    try:
+        return SlotStreamingResponse(stream(), release, media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    except BaseException:
+        release()
+        raise

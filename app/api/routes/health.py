@@ -34,6 +34,7 @@ def ready(session: SessionDep, settings: SettingsDep, sender: SenderDep) -> JSON
     except Exception:  # noqa: BLE001 - readiness reports, it does not raise
         checks["database"] = "unreachable"
         checks["workers"] = 0
+    session.close()  # the connection goes back to the pool before the broker check (up to 2 s)
     try:
         with sender.connection_for_write() as connection:
             connection.ensure_connection(max_retries=1, timeout=2)

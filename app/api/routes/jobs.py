@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from typing import Annotated, Any
 
@@ -187,15 +188,16 @@ def submit_job(
                         headers={"Location": f"/v1/jobs/{job.id}"})
 
 
-@router.get("", response_model=JobList)
+@router.get("", response_model=JobList, responses={304: {"description": "not modified (If-None-Match)"}})
 def list_jobs(
+    request: Request,
     session: SessionDep,
     tenant: CurrentTenant,
     settings: SettingsDep,
     status: Annotated[str | None, Query()] = None,
     page_size: Annotated[int | None, Query()] = None,
     page_token: Annotated[str | None, Query()] = None,
-) -> JobList:
+) -> Response:
     if status is not None and status not in JOB_STATUSES:
         raise Problem(422, "request_invalid", f"status must be one of {', '.join(JOB_STATUSES)}")
     size = clamp_page_size(page_size, settings.default_page_size, settings.max_page_size)
@@ -210,13 +212,16 @@ def list_jobs(
     page, more = rows[:size], len(rows) > size
     token = encode_token(settings.resolved_secret_key(), page[-1].created_at, page[-1].id, filters) if more else None
     samplers = sampler_ids(session, [job.id for job in page])
-    return JobList(jobs=[job_out(job, samplers.get(job.id)) for job in page], next_page_token=token)
+    out = JobList(jobs=[job_out(job, samplers.get(job.id)) for job in page], next_page_token=token)
+    return etag_response(request, out.model_dump(mode="json"))
 
 
-@router.get("/{job_id}", response_model=JobOut)
-def get_job(job_id: str, session: SessionDep, tenant: CurrentTenant) -> JobOut:
+@router.get("/{job_id}", response_model=JobOut, responses={304: {"description": "not modified (If-None-Match)"}})
+def get_job(job_id: str, request: Request, session: SessionDep, tenant: CurrentTenant) -> Response:
+    """Carries a strong ETag; a poll with `If-None-Match: <etag>` gets 304 and no body while nothing changed."""
     job = owned_job(session, tenant, job_id)
-    return job_out(job, sampler_ids(session, [job.id]).get(job.id))
+    out = job_out(job, sampler_ids(session, [job.id]).get(job.id))
+    return etag_response(request, out.model_dump(mode="json"))
 
 
 @router.get("/{job_id}/metrics", response_model=MetricTrace)
@@ -291,3 +296,24 @@ def delete_job(job_id: str, session: SessionDep, tenant: CurrentTenant, store: S
     store.delete_prefix(f"jobs/{job.id}")
     logger.info("job deleted id=%s tenant=%s", job.id, tenant)
     return Response(status_code=204)
+
+
+def etag_response(request: Request, content: Any) -> Response:
+    """200 JSON with a strong ETag (quoted sha256 of the exact body bytes), or 304 with no body when the
+    request's If-None-Match names that tag. `no-cache`: caches keep it but must revalidate every time."""
+    response = JSONResponse(content)
+    etag = f'"{hashlib.sha256(response.body).hexdigest()}"'
+    headers = {"ETag": etag, "Cache-Control": "private, no-cache"}
+    if etag_matches(request.headers.get("if-none-match"), etag):
+        return Response(status_code=304, headers=headers)
+    response.headers.update(headers)
+    return response
+
+
+def etag_matches(if_none_match: str | None, etag: str) -> bool:
+    """RFC 9110 If-None-Match: `*` or a list of entity tags compared weakly (a `W/` prefix is ignored)."""
+    if not if_none_match:
+        return False
+    if if_none_match.strip() == "*":
+        return True
+    return etag in (tag.strip().removeprefix("W/") for tag in if_none_match.split(","))
