@@ -33,6 +33,7 @@ class Settings(BaseSettings):
     max_steps: int = 1_000_000
     max_dim: int = 1_000_000
     max_request_bytes: int = 2 * 1024 * 1024
+    body_read_timeout_seconds: float = 30.0  # a request body must arrive in full within this (else 408)
     max_active_jobs_per_tenant: int = 100
     max_dataset_bytes: int = 64 * 1024 * 1024
     max_dataset_rows: int = 2_000_000
