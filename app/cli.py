@@ -197,9 +197,10 @@ def cmd_keys_revoke(args: argparse.Namespace) -> int:
     settings = _settings(args.data_dir)
     engine = make_engine(settings.database_url)
     with make_session_factory(engine)() as session:
-        key = revoke_api_key(session, args.key)
+        key, newly = revoke_api_key(session, args.key)
         if key is not None:
-            print(f"revoked {key.id} (tenant {key.tenant_id}, prefix pvs_{key.prefix}_...) at "
+            verb = "revoked" if newly else "already revoked"
+            print(f"{verb} {key.id} (tenant {key.tenant_id}, prefix pvs_{key.prefix}_...) at "
                   f"{key.revoked_at.isoformat(timespec='seconds')}")
     engine.dispose()
     if key is None:

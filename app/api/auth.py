@@ -38,17 +38,19 @@ def list_api_keys(session: Session, tenant_id: str | None = None) -> list[ApiKey
     return list(session.execute(query).scalars())
 
 
-def revoke_api_key(session: Session, id_or_prefix: str) -> ApiKey | None:
+def revoke_api_key(session: Session, id_or_prefix: str) -> tuple[ApiKey | None, bool]:
     """Revoke the key with this id or prefix (or the whole key itself); it is refused from its next request
-    on, since every request looks its key up. Revoking twice keeps the first date. None: no such key."""
+    on, since every request looks its key up. Returns (the key or None, whether this call revoked it):
+    revoking twice keeps the first date."""
     parts = id_or_prefix.split("_")
     prefix = parts[1] if len(parts) >= 3 and parts[0] == "pvs" else id_or_prefix
     row = session.execute(select(ApiKey).where((ApiKey.id == id_or_prefix) | (ApiKey.prefix == prefix))
                           ).scalars().first()
-    if row is not None and row.revoked_at is None:
-        row.revoked_at = utcnow()
-        session.commit()
-    return row
+    if row is None or row.revoked_at is not None:
+        return row, False
+    row.revoked_at = utcnow()
+    session.commit()
+    return row, True
 
 
 def tenant_for_key(session: Session, key: str) -> str | None:
