@@ -1,4 +1,4 @@
-"""`parvis` command line: serve (embedded API + worker), api, worker, db upgrade, keys create."""
+"""`parvis` command line: serve (embedded API + worker), api, worker, db upgrade, keys create/list/revoke."""
 
 from __future__ import annotations
 
@@ -177,6 +177,42 @@ def cmd_keys_create(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_keys_list(args: argparse.Namespace) -> int:
+    from app.api.auth import list_api_keys
+    from app.data.db import make_engine, make_session_factory
+
+    settings = _settings(args.data_dir)
+    engine = make_engine(settings.database_url)
+    with make_session_factory(engine)() as session:
+        keys = list_api_keys(session, args.tenant)
+    engine.dispose()
+    print("\t".join(("id", "tenant", "name", "prefix", "created", "revoked")))
+    for key in keys:  # only the lookup prefix: the secret is never stored, so never shown
+        print("\t".join((key.id, key.tenant_id, key.name or "-", f"pvs_{key.prefix}_...",
+                         key.created_at.isoformat(timespec="seconds"),
+                         key.revoked_at.isoformat(timespec="seconds") if key.revoked_at else "-")))
+    return 0
+
+
+def cmd_keys_revoke(args: argparse.Namespace) -> int:
+    from app.api.auth import revoke_api_key
+    from app.data.db import make_engine, make_session_factory
+
+    settings = _settings(args.data_dir)
+    engine = make_engine(settings.database_url)
+    with make_session_factory(engine)() as session:
+        key, newly = revoke_api_key(session, args.key)
+        if key is not None:
+            verb = "revoked" if newly else "already revoked"
+            print(f"{verb} {key.id} (tenant {key.tenant_id}, prefix pvs_{key.prefix}_...) at "
+                  f"{key.revoked_at.isoformat(timespec='seconds')}")
+    engine.dispose()
+    if key is None:
+        print(f"no API key with id or prefix {args.key!r}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="parvis", description="Parvis: posterior sampling as a service")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -217,6 +253,14 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("--name", default=None)
     data_dir(create)
     create.set_defaults(func=cmd_keys_create)
+    listing = keys_sub.add_parser("list", help="list keys: id, tenant, name, prefix, created, revoked (no secrets)")
+    listing.add_argument("--tenant", default=None, help="only this tenant's keys")
+    data_dir(listing)
+    listing.set_defaults(func=cmd_keys_list)
+    revoke = keys_sub.add_parser("revoke", help="revoke a key at once (its next request gets 401)")
+    revoke.add_argument("key", metavar="KEY_ID_OR_PREFIX", help="the key's id (key_...) or prefix (or the key)")
+    data_dir(revoke)
+    revoke.set_defaults(func=cmd_keys_revoke)
     return parser
 
 

@@ -10,7 +10,12 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from app.api.access_log import AccessLogMiddleware
-from app.api.middleware import BodyLimitMiddleware, RequestIdMiddleware
+from app.api.middleware import (
+    AuthMiddleware,
+    BodyLimitMiddleware,
+    BodyReadTimeoutMiddleware,
+    RequestIdMiddleware,
+)
 from app.api.problems import install_problem_handlers
 from app.api.routes import catalog, datasets, events, health, jobs, predict, samplers, targets
 from app.api.sampler_cache import SamplerCache
@@ -53,6 +58,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_problem_handlers(app)
     app.add_middleware(BodyLimitMiddleware, limit_for=lambda path: settings.max_dataset_bytes
                        if path.rstrip("/") == "/v1/datasets" else settings.max_request_bytes)
+    app.add_middleware(BodyReadTimeoutMiddleware, timeout_for=lambda: settings.body_read_timeout_seconds)
+    app.add_middleware(AuthMiddleware, enabled=settings.auth_enabled)  # outside the body limits: 401 first
     app.add_middleware(RequestIdMiddleware)
     if settings.log_format == "json":
         app.add_middleware(AccessLogMiddleware)  # outermost: times the whole request, 413s included

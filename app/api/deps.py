@@ -9,7 +9,7 @@ from celery import Celery
 from fastapi import Depends, Request
 from sqlalchemy.orm import Session
 
-from app.api.auth import LOCAL_TENANT, tenant_for_key
+from app.api.auth import LOCAL_TENANT, tenant_for_bearer
 from app.api.problems import Problem
 from app.data.settings import Settings
 from app.data.store import ArtifactStore
@@ -43,12 +43,14 @@ StoreDep = Annotated[ArtifactStore, Depends(get_store)]
 SenderDep = Annotated[Celery, Depends(get_sender)]
 
 
-def get_current_tenant(request: Request, settings: SettingsDep, session: SessionDep) -> str:
+def get_current_tenant(request: Request, settings: SettingsDep) -> str:
+    """The tenant AuthMiddleware found for the request's key (before the body was read); the lookup is
+    repeated here only for an app built without that middleware."""
     if not settings.auth_enabled:
         return LOCAL_TENANT
-    header = request.headers.get("authorization", "")
-    scheme, _, key = header.partition(" ")
-    tenant = tenant_for_key(session, key.strip()) if scheme.lower() == "bearer" and key else None
+    tenant = getattr(request.state, "tenant", None)
+    if tenant is None:
+        tenant = tenant_for_bearer(request.app.state.session_factory, request.headers.get("authorization", ""))
     if tenant is None:
         raise Problem(401, "unauthorized", "a valid API key is required: Authorization: Bearer <key>",
                       headers={"WWW-Authenticate": "Bearer"})

@@ -1,21 +1,32 @@
-"""Pure ASGI middleware: request ids, and body-size limits enforced before a body is read in full.
+"""Pure ASGI middleware: request ids, authentication and body-size and body-time limits, all enforced before a
+body is read in full.
 
 Starlette imposes no body limit of its own (starlette#2155), so oversized uploads are refused here: at once
-from Content-Length, or as soon as a streamed body passes the limit.
+from Content-Length, or as soon as a streamed body passes the limit. FastAPI reads a body before any
+dependency runs, so the API key is checked here too (401 before a single body byte is read), and a body that
+stalls or trickles gets 408 instead of holding the connection.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import re
 import uuid
 from collections.abc import Callable
 from http import HTTPStatus
 
+import anyio
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.api.auth import tenant_for_bearer
 from app.logging_config import bind_log_context
+
+logger = logging.getLogger("parvis.api")
+PUBLIC_PREFIXES = ("/v1/health/", "/v1/openapi.json", "/v1/docs")
+"""Paths served without an API key (liveness probes, the API description and its viewer)."""
 
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._\-]{1,64}$")
 
@@ -90,19 +101,111 @@ class BodyLimitMiddleware:
 
     @staticmethod
     async def _reject(scope: Scope, send: Send, limit: int) -> None:
-        request_id = scope.get("state", {}).get("request_id", "")
-        body = json.dumps({
-            "type": "urn:parvis:problem:payload_too_large",
-            "title": HTTPStatus(413).phrase,
-            "status": 413,
-            "detail": f"request body is over the limit of {limit} bytes",
-            "code": "payload_too_large",
-            "request_id": request_id,
-        }).encode()
-        await send({
-            "type": "http.response.start",
-            "status": 413,
-            "headers": [(b"content-type", b"application/problem+json"), (b"content-length", str(len(body)).encode()),
-                        (b"connection", b"close")],
-        })
-        await send({"type": "http.response.body", "body": body})
+        await send_problem(scope, send, 413, "payload_too_large", f"request body is over the limit of {limit} bytes")
+
+
+async def send_problem(scope: Scope, send: Send, status: int, code: str, detail: str,
+                       headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    """A problem+json answer sent from middleware, closing the connection (the body may be left unread)."""
+    request_id = scope.get("state", {}).get("request_id", "")
+    body = json.dumps({
+        "type": f"urn:parvis:problem:{code}",
+        "title": HTTPStatus(status).phrase,
+        "status": status,
+        "detail": detail,
+        "code": code,
+        "request_id": request_id,
+    }).encode()
+    await send({
+        "type": "http.response.start",
+        "status": status,
+        "headers": [(b"content-type", b"application/problem+json"), (b"content-length", str(len(body)).encode()),
+                    (b"connection", b"close"), *(headers or [])],
+    })
+    await send({"type": "http.response.body", "body": body})
+
+
+def is_public(path: str) -> bool:
+    return path.startswith(PUBLIC_PREFIXES)
+
+
+class AuthMiddleware:
+    """With authentication on, every path but the public ones needs `Authorization: Bearer <key>`: the key is
+    looked up (in a thread, on a short session of its own, no cache: a revoked key fails at its next request)
+    before the app runs, so a bad key gets 401 before any body byte is read. The tenant goes to
+    `scope["state"]["tenant"]`, where `deps.get_current_tenant` finds it."""
+
+    def __init__(self, app: ASGIApp, enabled: bool):
+        self.app = app
+        self.enabled = enabled
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not self.enabled or is_public(scope["path"]):
+            await self.app(scope, receive, send)
+            return
+        header = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
+        try:
+            tenant = await anyio.to_thread.run_sync(tenant_for_bearer, scope["app"].state.session_factory, header)
+        except SQLAlchemyError:
+            logger.exception("API key lookup failed")
+            await send_problem(scope, send, 503, "database_unavailable",
+                               "the database is unavailable; retry later", [(b"retry-after", b"5")])
+            return
+        if tenant is None:
+            await send_problem(scope, send, 401, "unauthorized",
+                               "a valid API key is required: Authorization: Bearer <key>",
+                               [(b"www-authenticate", b"Bearer")])
+            return
+        scope.setdefault("state", {})["tenant"] = tenant
+        await self.app(scope, receive, send)
+
+
+class _BodyReadTimeout(HTTPException):
+    """An HTTPException, so FastAPI's body parsing re-raises it as is (problem handler: 408 request_timeout)."""
+
+
+class BodyReadTimeoutMiddleware:
+    """408 when a request body has not arrived in full `timeout_for()` seconds after the app first asks for it
+    (a stalled or trickling upload must not hold a connection and a worker thread indefinitely). Once the
+    body is complete, later reads (a streaming response waiting for the client to go) are not timed."""
+
+    def __init__(self, app: ASGIApp, timeout_for: Callable[[], float]):
+        self.app = app
+        self.timeout_for = timeout_for
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        timeout = self.timeout_for()
+        deadline: float | None = None
+        body_complete = False
+        response_started = False
+
+        async def timed_receive() -> Message:
+            nonlocal deadline, body_complete
+            if body_complete:
+                return await receive()
+            if deadline is None:
+                deadline = anyio.current_time() + timeout
+            message = None
+            with anyio.move_on_after(max(0.0, deadline - anyio.current_time())):
+                message = await receive()
+            if message is None:
+                raise _BodyReadTimeout(408, f"the request body did not arrive within {timeout:g} s",
+                                       headers={"Connection": "close"})
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                body_complete = True
+            return message
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal response_started
+            if message["type"] == "http.response.start":
+                response_started = True
+            await send(message)
+
+        try:
+            await self.app(scope, timed_receive, tracking_send)
+        except _BodyReadTimeout as exc:
+            if not response_started:
+                await send_problem(scope, send, 408, "request_timeout", str(exc.detail))

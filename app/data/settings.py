@@ -45,12 +45,16 @@ class Settings(BaseSettings):
     max_steps: int = 1_000_000
     max_dim: int = 1_000_000
     max_request_bytes: int = 2 * 1024 * 1024
+    body_read_timeout_seconds: float = 30.0  # a request body must arrive in full within this (else 408)
     max_active_jobs_per_tenant: int = 100
     # Open GET /v1/jobs/{id}/events streams per tenant, counted in each API process (429 too_many_streams).
     max_streams_per_tenant: int = 8
     max_dataset_bytes: int = 64 * 1024 * 1024
     max_dataset_rows: int = 2_000_000
     max_dataset_cols: int = 10_000
+    # Memory an upload's parsed arrays may take (8 bytes a value at least); an .npz is checked from its headers
+    # before anything is decompressed (413 dataset_too_large).
+    max_dataset_decompressed_bytes: int = 256 * 1024 * 1024
     max_validate_points: int = 1000
     max_sample_n: int = 100_000
     max_sample_values: int = 10_000_000  # n·len(x) per /sample call of a function-space sampler

@@ -29,6 +29,7 @@ from inference_core.datasets.resolve import (
     resolve_dataset,
 )
 from inference_core.datasets.uploads import (
+    DatasetTooLarge,
     UnsupportedMediaType,
     dataset_digest,
     dataset_from_npz,
@@ -44,6 +45,7 @@ __all__ = [
     "BuiltinInfo",
     "BuiltinRef",
     "Dataset",
+    "DatasetTooLarge",
     "UnsupportedMediaType",
     "dataset_digest",
     "dataset_from_npz",

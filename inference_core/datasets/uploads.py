@@ -17,7 +17,13 @@ Formats (see `parse_dataset_upload`):
   (−1), any index (negative counts from the end), a header name, or None for a file with no y. Integers-only
   y columns become int64 labels. Empty fields, NaN and infinity are rejected; blank lines are skipped.
 
-Caps: `max_rows` bounds the rows of X and X_test together, `max_cols` the number of feature columns.
+Caps: `max_rows` bounds the rows of X and X_test together, `max_cols` the number of feature columns, and
+`max_bytes` the memory the parsed arrays may take (every value counted at 8 bytes at least, as it is held once
+parsed): over it, `DatasetTooLarge` (a ValueError; the API answers 413). For an .npz this is decided from each
+member's .npy header alone, before any data is decompressed, and the decompressed stream is read through a
+counter that stops past the header's promise, whatever the zip declares (a decompression bomb reads nothing).
+The zip's central directory is bounded too (zipfile parses it whole). CSV values are converted as each line is
+read, so the text is never held as millions of small strings.
 """
 
 from __future__ import annotations
@@ -26,10 +32,14 @@ import csv
 import hashlib
 import io
 import json
+import lzma
 import math
 import re
+import struct
 import zipfile
 import zlib
+from array import array as value_buffer
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -50,8 +60,18 @@ _FIXED_ZIP_TIME = (1980, 1, 1, 0, 0, 0)
 _INT64_MAX = np.iinfo(np.int64).max
 
 
+VALUE_BYTES = 8  # a parsed value's memory, at least (X becomes float64, y float64 or int64)
+MAX_NPY_HEADER_BYTES = 10_000 + 12  # numpy's own max_header_size, plus magic and length fields
+MAX_ZIP_DIRECTORY_BYTES = 64 * 1024  # a real .npz (at most 5 members) needs well under 1 KiB
+_READ_CHUNK = 1 << 20
+
+
 class UnsupportedMediaType(ValueError):
     """The body's media type is none of the supported formats."""
+
+
+class DatasetTooLarge(ValueError):
+    """The parsed arrays would take more than `max_bytes` of memory (the API answers 413)."""
 
 
 def parse_dataset_upload(
@@ -63,10 +83,11 @@ def parse_dataset_upload(
     target_column: int | str | None = -1,
     header: bool | None = None,
     name: str = "upload",
+    max_bytes: int | None = None,
 ) -> Dataset:
     """Parse an uploaded body into a validated Dataset (formats and caps in the module docstring).
 
-    `target_column` and `header` apply to CSV only.
+    `target_column` and `header` apply to CSV only; `max_bytes` None means no memory cap.
     """
     if max_rows < 1 or max_cols < 1:
         raise ValueError("max_rows and max_cols must be at least 1")
@@ -74,12 +95,12 @@ def parse_dataset_upload(
     if not data:
         raise ValueError("the upload is empty")
     if kind in JSON_MEDIA_TYPES:
-        arrays = _parse_json(data, max_rows=max_rows, max_cols=max_cols)
+        arrays = _parse_json(data, max_rows=max_rows, max_cols=max_cols, max_bytes=max_bytes)
     elif kind in NPZ_MEDIA_TYPES:
-        arrays = _read_npz(data, allowed=ARRAY_KEYS, max_rows=max_rows, max_cols=max_cols)
+        arrays = _read_npz(data, allowed=ARRAY_KEYS, max_rows=max_rows, max_cols=max_cols, max_bytes=max_bytes)
     elif kind in CSV_MEDIA_TYPES:
         arrays = _parse_csv(data, max_rows=max_rows, max_cols=max_cols, target_column=target_column,
-                            header=header)
+                            header=header, max_bytes=max_bytes)
     else:
         supported = sorted(JSON_MEDIA_TYPES | NPZ_MEDIA_TYPES | CSV_MEDIA_TYPES)
         raise UnsupportedMediaType(f"unsupported media type {kind!r}; use one of {', '.join(supported)}")
@@ -113,7 +134,12 @@ def _reject_constant(token: str) -> None:
     raise ValueError(f"the JSON contains {token}; only finite numbers are allowed")
 
 
-def _parse_json(data: bytes, *, max_rows: int, max_cols: int) -> dict[str, np.ndarray]:
+def _too_large(what: str, n_bytes: int, max_bytes: int) -> DatasetTooLarge:
+    return DatasetTooLarge(f"{what} would take {n_bytes:,} bytes in memory once parsed; the cap is "
+                           f"{max_bytes:,} bytes (PARVIS_MAX_DATASET_DECOMPRESSED_BYTES)")
+
+
+def _parse_json(data: bytes, *, max_rows: int, max_cols: int, max_bytes: int | None) -> dict[str, np.ndarray]:
     try:
         document = json.loads(data.decode("utf-8-sig"), parse_constant=_reject_constant)
     except UnicodeDecodeError:
@@ -127,6 +153,9 @@ def _parse_json(data: bytes, *, max_rows: int, max_cols: int) -> dict[str, np.nd
     unknown = sorted(set(document) - set(ARRAY_KEYS))
     if unknown:
         raise ValueError(f"unknown key(s) {', '.join(map(repr, unknown))}; allowed: X, y, X_test, y_test")
+    n_bytes = _json_value_count(document) * VALUE_BYTES
+    if max_bytes is not None and n_bytes > max_bytes:
+        raise _too_large("the data set", n_bytes, max_bytes)
     arrays: dict[str, np.ndarray] = {}
     rows_left = max_rows
     for key in ("X", "X_test"):
@@ -137,6 +166,17 @@ def _parse_json(data: bytes, *, max_rows: int, max_cols: int) -> dict[str, np.nd
         if key in document:
             arrays[key] = _json_vector(document[key], key)
     return arrays
+
+
+def _json_value_count(document: dict[str, Any]) -> int:
+    """The values the arrays would hold (each matrix counted as rows × the first row's width), checked before
+    any array is built; shapes themselves are checked afterwards."""
+    count = 0
+    for value in document.values():
+        if isinstance(value, list):
+            first = value[0] if value else None
+            count += len(value) * (len(first) if isinstance(first, list) else 1)
+    return count
 
 
 def _json_matrix(value: Any, name: str, rows_left: int, max_cols: int, max_rows: int) -> np.ndarray:
@@ -224,25 +264,91 @@ def _check_member(key: str, dtype: np.dtype, shape: tuple[int, ...], rows_left: 
         raise ValueError(f"too many rows: {key} has {shape[0]} entries, the cap is {max_rows}")
 
 
-def _read_header(handle: Any) -> tuple[tuple[int, ...], np.dtype]:
-    version = np.lib.format.read_magic(handle)
+class _BoundedStream:
+    """A zip member's decompressed stream that refuses to give more than `limit` bytes in all: the caps hold
+    whatever sizes the zip or the .npy header declare. Going past the limit is a malformed member (422): the
+    limit is the header's own promise, already checked against the caps."""
+
+    def __init__(self, handle: Any, limit: int, key: str):
+        self.handle, self.limit, self.key = handle, limit, key
+        self.consumed = 0
+        self.overrun = f"its .npy header is longer than {MAX_NPY_HEADER_BYTES:,} bytes"
+
+    def read(self, size: int = -1) -> bytes:
+        allowed = self.limit - self.consumed + 1  # one byte more than allowed tells "too long"
+        data = self.handle.read(allowed if size is None or size < 0 else min(size, allowed))
+        self.consumed += len(data)
+        if self.consumed > self.limit:
+            raise ValueError(f"{self.key} in the .npz is malformed: {self.overrun}")
+        return data
+
+
+def _read_header(stream: Any) -> tuple[tuple[int, ...], np.dtype, bool]:
+    version = np.lib.format.read_magic(stream)
     if version == (1, 0):
-        shape, _, dtype = np.lib.format.read_array_header_1_0(handle)
+        shape, fortran_order, dtype = np.lib.format.read_array_header_1_0(stream)
     elif version == (2, 0):
-        shape, _, dtype = np.lib.format.read_array_header_2_0(handle)
+        shape, fortran_order, dtype = np.lib.format.read_array_header_2_0(stream)
     else:
         raise ValueError(f"unsupported .npy format version {version}")
-    return tuple(int(n) for n in shape), np.dtype(dtype)
+    if any(int(n) < 0 for n in shape):
+        raise ValueError(f"negative dimension in shape {list(shape)}")
+    return tuple(int(n) for n in shape), np.dtype(dtype), bool(fortran_order)
+
+
+def _read_data(stream: _BoundedStream, key: str, shape: tuple[int, ...], dtype: np.dtype,
+               fortran_order: bool) -> np.ndarray:
+    """Exactly the bytes the header promises, in chunks, into an array allocated from the checked header."""
+    count = math.prod(shape)
+    out = np.empty(count, dtype=dtype)
+    view = memoryview(out.view(np.uint8).reshape(-1)) if out.nbytes else memoryview(b"")
+    stream.limit = stream.consumed + out.nbytes
+    stream.overrun = "it holds more data than its .npy header declares"
+    filled = 0
+    while filled < out.nbytes:
+        chunk = stream.read(min(_READ_CHUNK, out.nbytes - filled))
+        if not chunk:
+            raise ValueError(f"{key} is truncated in the .npz ({filled} of {out.nbytes} data bytes)")
+        view[filled:filled + len(chunk)] = chunk
+        filled += len(chunk)
+    stream.read(1)  # past the end: raises if the member has more bytes; at EOF zipfile checks the CRC
+    return out.reshape(shape[::-1]).transpose() if fortran_order else out.reshape(shape)
+
+
+_MALFORMED = (ValueError, zipfile.BadZipFile, zlib.error, lzma.LZMAError, OSError, EOFError, NotImplementedError,
+              RuntimeError, struct.error, TypeError, SyntaxError, UnicodeDecodeError, OverflowError)
+"""What reading a malformed archive or .npy can raise (encrypted member: RuntimeError; unknown compression:
+NotImplementedError; a header numpy cannot parse: ValueError or SyntaxError)."""
+
+
+def _central_directory_size(data: bytes) -> int | None:
+    """The size the zip declares for its central directory (zip64 too), or None when no end record is found
+    (zipfile then rejects the file)."""
+    end = data.rfind(b"PK\x05\x06", max(0, len(data) - 22 - 0xFFFF))
+    if end < 0 or end + 22 > len(data):
+        return None
+    size = struct.unpack_from("<I", data, end + 12)[0]
+    locator = end - 20
+    if size == 0xFFFFFFFF and locator >= 56 and data[locator:locator + 4] == b"PK\x06\x07":
+        record = locator - 56
+        if data[record:record + 4] == b"PK\x06\x06":
+            size = struct.unpack_from("<Q", data, record + 40)[0]
+    return size
 
 
 def _read_npz(data: bytes, *, allowed: tuple[str, ...], max_rows: int | None,
-              max_cols: int | None) -> dict[str, np.ndarray]:
-    """Members of an .npz archive, each header checked before its data is read."""
+              max_cols: int | None, max_bytes: int | None = None) -> dict[str, np.ndarray]:
+    """Members of an .npz archive, each header checked (dtype, shape, then bytes against `max_bytes`) before
+    its data is read, and its data read through a counter that stops where the header says it ends."""
     if not data.startswith(b"PK"):
         raise ValueError("not an .npz file (expected a zip archive of .npy arrays)")
+    directory = _central_directory_size(data)
+    if directory is not None and directory > MAX_ZIP_DIRECTORY_BYTES:
+        raise ValueError(f"the .npz's zip directory declares {directory:,} bytes; an .npz of at most "
+                         f"{len(allowed)} arrays needs far less")
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
-    except (zipfile.BadZipFile, ValueError, OSError):
+    except _MALFORMED:
         raise ValueError("the .npz file is not a valid zip archive") from None
     with archive:
         members = archive.infolist()
@@ -260,41 +366,60 @@ def _read_npz(data: bytes, *, allowed: tuple[str, ...], max_rows: int | None,
         order = sorted(range(len(keys)), key=lambda i: (not keys[i].startswith("X"), keys[i]))
         arrays: dict[str, np.ndarray] = {}
         rows_left = max_rows
+        bytes_left = max_bytes
         for index in order:
             key, member = keys[index], members[index]
-            try:
-                with archive.open(member) as handle:
-                    shape, dtype = _read_header(handle)
-            except (ValueError, zipfile.BadZipFile, zlib.error, OSError, EOFError) as exc:
-                raise ValueError(f"could not read the header of {key} in the .npz: {exc}") from None
-            _check_member(key, dtype, shape, rows_left, max_cols, max_rows)
-            try:
-                with archive.open(member) as handle:
-                    array = np.lib.format.read_array(handle, allow_pickle=False)
-            except (ValueError, zipfile.BadZipFile, zlib.error, OSError, EOFError) as exc:
-                raise ValueError(f"could not read {key} from the .npz: {exc}") from None
-            if array.shape != shape:
-                raise ValueError(f"{key} is truncated in the .npz")
+            if bytes_left is not None and member.file_size > bytes_left + MAX_NPY_HEADER_BYTES:
+                raise DatasetTooLarge(f"{key} in the .npz declares {member.file_size:,} bytes once decompressed; "
+                                      f"the cap is {max_bytes:,} bytes (PARVIS_MAX_DATASET_DECOMPRESSED_BYTES)")
+            handle = _guarded(partial(archive.open, member), f"could not read {key} from the .npz")
+            with handle:
+                stream = _BoundedStream(handle, MAX_NPY_HEADER_BYTES, key)
+                shape, dtype, fortran_order = _guarded(partial(_read_header, stream),
+                                                       f"could not read the header of {key} in the .npz")
+                _check_member(key, dtype, shape, rows_left, max_cols, max_rows)
+                n_bytes = math.prod(shape) * max(dtype.itemsize, VALUE_BYTES)
+                if bytes_left is not None and n_bytes > bytes_left:
+                    raise _too_large(f"{key} (shape {list(shape)}, dtype {dtype.str}) in the .npz", n_bytes,
+                                     max_bytes)
+                array = _guarded(partial(_read_data, stream, key, shape, dtype, fortran_order),
+                                 f"could not read {key} from the .npz")
             if key.startswith("X") and rows_left is not None:
                 rows_left -= shape[0]
+            if bytes_left is not None:
+                bytes_left -= n_bytes
             arrays[key] = array
     return arrays
+
+
+def _guarded(read: Any, what: str) -> Any:
+    """`read()`, with any malformed-input failure turned into one ValueError naming `what`."""
+    try:
+        return read()
+    except DatasetTooLarge:
+        raise
+    except _MALFORMED as exc:
+        raise ValueError(f"{what}: {exc}") from None
 
 
 # ------------------------------------------------------------------------------------------------ CSV
 
 
 def _parse_csv(data: bytes, *, max_rows: int, max_cols: int, target_column: int | str | None,
-               header: bool | None) -> dict[str, np.ndarray]:
+               header: bool | None, max_bytes: int | None = None) -> dict[str, np.ndarray]:
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError:
         raise ValueError("the CSV is not valid UTF-8") from None
     reader = csv.reader(io.StringIO(text, newline=""), strict=True)
-    records: list[list[str]] = []
+    # Values are converted line by line into compact buffers (8 bytes each), never kept as strings.
+    features, y_float, y_int = value_buffer("d"), value_buffer("d"), value_buffer("q")
+    y_integers = True
     names: list[str] | None = None
     width = 0
+    n_rows = 0
     target: int | None = None
+    feature_columns: list[int] = []
     try:
         for record in reader:
             fields = [field.strip() for field in record]
@@ -304,38 +429,40 @@ def _parse_csv(data: bytes, *, max_rows: int, max_cols: int, target_column: int 
                 width = len(fields)
                 is_header = header if header is not None else not all(_NUMBER.fullmatch(f) for f in fields)
                 target = _target_index(target_column, width, fields if is_header else None)
-                features = width - (target is not None)
-                if features == 0:
+                feature_columns = [column for column in range(width) if column != target]
+                if not feature_columns:
                     raise ValueError("the CSV has no feature columns (its only column is the target; pass "
                                      "target_column=None for a file without y)")
-                if features > max_cols:
-                    raise ValueError(f"too many columns: {features} feature columns, the cap is {max_cols}")
+                if len(feature_columns) > max_cols:
+                    raise ValueError(f"too many columns: {len(feature_columns)} feature columns, the cap is {max_cols}")
                 if is_header:
                     names = fields
                     continue
             if len(fields) != width:
                 raise ValueError(f"ragged rows: line {reader.line_num} has {len(fields)} fields, "
                                  f"the first line has {width}")
-            if len(records) == max_rows:
+            if n_rows == max_rows:
                 raise ValueError(f"too many rows: more than the cap of {max_rows}")
-            records.append(fields)
+            if max_bytes is not None and (n_rows + 1) * width * VALUE_BYTES > max_bytes:
+                raise _too_large(f"the CSV (more than {n_rows:,} rows of {width} values)",
+                                 (n_rows + 1) * width * VALUE_BYTES, max_bytes)
+            for column in feature_columns:
+                features.append(_csv_number(fields[column], n_rows, column, names))
+            if target is not None:
+                token = fields[target]
+                y_float.append(_csv_number(token, n_rows, target, names))
+                if y_integers and _INTEGER.fullmatch(token) and abs(int(token)) <= _INT64_MAX:
+                    y_int.append(int(token))
+                else:
+                    y_integers = False
+            n_rows += 1
     except csv.Error as exc:
         raise ValueError(f"the CSV is malformed at line {reader.line_num}: {exc}") from None
-    if not records:
+    if not n_rows:
         raise ValueError("the CSV has no data rows" + (" (only a header)" if names is not None else ""))
-    feature_columns = [column for column in range(width) if column != target]
-    X = np.empty((len(records), len(feature_columns)), dtype=np.float64)
-    for row_index, fields in enumerate(records):
-        for out_column, column in enumerate(feature_columns):
-            X[row_index, out_column] = _csv_number(fields[column], row_index, column, names)
-    arrays = {"X": X}
+    arrays = {"X": np.frombuffer(features, dtype=np.float64).reshape(n_rows, len(feature_columns))}
     if target is not None:
-        tokens = [fields[target] for fields in records]
-        values = [_csv_number(token, row, target, names) for row, token in enumerate(tokens)]
-        if all(_INTEGER.fullmatch(token) for token in tokens) and all(abs(int(t)) <= _INT64_MAX for t in tokens):
-            arrays["y"] = np.array([int(token) for token in tokens], dtype=np.int64)
-        else:
-            arrays["y"] = np.array(values, dtype=np.float64)
+        arrays["y"] = np.frombuffer(y_int, dtype=np.int64) if y_integers else np.frombuffer(y_float, dtype=np.float64)
     return arrays
 
 

@@ -15,7 +15,7 @@ from app.api.pagination import clamp_page_size, decode_token, encode_token
 from app.api.problems import Problem, not_found
 from app.data.datasets import owned_dataset, save_dataset
 from app.data.models import Artifact, DatasetRecord, Job, JobDataset
-from inference_core.datasets import UnsupportedMediaType, parse_dataset_upload
+from inference_core.datasets import DatasetTooLarge, UnsupportedMediaType, parse_dataset_upload
 
 router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
 
@@ -107,9 +107,12 @@ async def upload_dataset(
             dataset = parse_dataset_upload(data, media_type, max_rows=settings.max_dataset_rows,
                                            max_cols=settings.max_dataset_cols,
                                            target_column=_parse_target_column(target_column), header=header,
-                                           name=name or "upload")
+                                           name=name or "upload",
+                                           max_bytes=settings.max_dataset_decompressed_bytes)
         except UnsupportedMediaType as exc:
             raise Problem(415, "unsupported_media_type", str(exc)) from None
+        except DatasetTooLarge as exc:
+            raise Problem(413, "dataset_too_large", str(exc)) from None
         except ValueError as exc:
             raise Problem(422, "dataset_invalid", str(exc)) from None
         record, artifact = save_dataset(session, store, tenant, dataset, name=name,
