@@ -29,6 +29,7 @@ from app.data.models import (
     utcnow,
 )
 from app.data.queue import enqueue_job
+from app.data.quota import lock_tenant_jobs
 from app.data.settings import Settings
 from inference_core.catalog import TARGET_KINDS
 from inference_core.datasets import dataset_ref_ids
@@ -131,17 +132,25 @@ def submit_job(
     normalized = spec.model_dump(mode="json")
     fingerprint = spec_fingerprint(normalized)
 
+    # The key lookup, the count and the insert below are one serialised step per tenant (app.data.quota):
+    # concurrent submits cannot all see room under the cap, and a retry of a key sees the first one's job.
+    # The lock ends with the transaction (commit or rollback).
+    lock_tenant_jobs(session, tenant)
     if idempotency_key is not None:
         existing = session.execute(
             select(Job).where(Job.tenant_id == tenant, Job.idempotency_key == idempotency_key)
         ).scalar_one_or_none()
         if existing is not None:
-            return _replay(existing, fingerprint, session)
+            try:
+                return _replay(existing, fingerprint, session)
+            finally:
+                session.rollback()  # releases the lock before the response is sent
 
     active = session.execute(
         select(func.count()).select_from(Job).where(Job.tenant_id == tenant, Job.status.in_(ACTIVE_STATUSES))
     ).scalar_one()
     if active >= settings.max_active_jobs_per_tenant:
+        session.rollback()
         raise Problem(429, "quota_exceeded",
                       f"{active} jobs are queued or running; the limit is {settings.max_active_jobs_per_tenant}",
                       headers={"Retry-After": "30"})
