@@ -31,8 +31,9 @@ def lock_tenant_jobs(session: Session, tenant: str) -> None:
         connection.execute(text("SELECT pg_advisory_xact_lock(hashtext(:key))"),
                            {"key": f"{QUOTA_LOCK_NAMESPACE}:{tenant}"})
     elif dialect == "sqlite":
-        # Reads so far ran outside any SQLite transaction (pysqlite begins one only before a write). If a
-        # write is already pending, this connection holds the write lock already: nothing more to take.
+        # pysqlite's default transaction control (which app.data.db keeps) begins a transaction only before
+        # a write: reads so far ran outside one. If one is open, a write is pending and this connection
+        # holds the write lock already: nothing more to take.
         if not connection.connection.driver_connection.in_transaction:
             connection.exec_driver_sql("BEGIN IMMEDIATE")
     else:
