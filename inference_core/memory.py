@@ -14,20 +14,22 @@ from typing import Any
 #: Bytes per number of each dtype option (methods without one compute in float32).
 ITEMSIZE = {"float32": 4, "float64": 8}
 #: [n, d] arrays a particle method holds at once: particles, score, kernel term, update, two Adam moments,
-#: the checkpoint copy and the evaluator's copy.
-PARTICLE_COPIES = 8
+#: the checkpoint and evaluator copies, and torch's temporaries (SVGD at n = d = 4000 on the CPU grew by about
+#: 15 of them).
+PARTICLE_COPIES = 16
 #: Row blocks of the chunked pairwise kernels (inference_core.kernels.dispatch default budget), counted once.
 PAIRWISE_SCRATCH_BYTES = 256 * 1024**2
-#: GFSF's dense solve: the n×n Gram matrix, its Cholesky factor and the right-hand side, in float64, up to
-#: kernels.solve.CHOLESKY_MAX_N particles (CG above that, chunked).
+#: GFSF's dense solve: the n×n Gram matrix, its Cholesky factor, the right-hand side and temporaries, in
+#: float64, up to kernels.solve.CHOLESKY_MAX_N particles (CG above that, chunked).
 DENSE_SOLVE_MAX_N = 8192
-DENSE_SOLVE_COPIES = 3
+DENSE_SOLVE_COPIES = 5  # GFSF at n = 8000 grew by about 4 n×n float64 arrays
 #: Default noise width k of a generator (methods.generative.base.DEFAULT_NOISE_DIM).
 DEFAULT_NOISE_DIM = 64
 #: Generator parameters held at once: weights, gradient, two Adam moments.
 PARAMETER_COPIES = 4
-#: [batch, width] activations kept per layer for the backward pass (forward value, gradient, slack).
-ACTIVATION_COPIES = 3
+#: [batch, width] activations kept per layer for the backward pass: forward value, gradient and temporaries
+#: (amortised SVGD at n = 2000, d = 4000 grew by about 6 of them).
+ACTIVATION_COPIES = 8
 
 
 def mlp_parameters(widths: list[int]) -> int:

@@ -108,11 +108,11 @@ def test_size_caps_at_submit(make_stack, mode: str) -> None:
     stack = make_stack(mode)
     cap = 8 * 1024**3
     huge = {**SPEC, "target": {"kind": "banana", "dim": 1_000_000}, "num_particles": 100_000}
-    # 100,000 particles × 10⁶ dimensions × 4 bytes × 8 copies, plus the pairwise scratch.
-    assert_limit_exceeded(stack.submit(huge), ["num_particles"], "memory estimate is 2.9 TiB", f"({cap} bytes)",
+    # 100,000 particles × 10⁶ dimensions × 4 bytes × 16 copies, plus the pairwise scratch.
+    assert_limit_exceeded(stack.submit(huge), ["num_particles"], "memory estimate is 5.8 TiB", f"({cap} bytes)",
                           "100000 particles of dimension 1000000")
     # 10⁶ dimensions fit with fewer particles, but not with MMD's 1,000 float64 reference draws (8 GB) too.
-    assert_limit_exceeded(stack.submit({**huge, "num_particles": 100}), ["num_particles"], "10.7 GiB")
+    assert_limit_exceeded(stack.submit({**huge, "num_particles": 100}), ["num_particles"], "13.7 GiB")
     fits = stack.submit({**huge, "num_particles": 100, "eval": {"mmd": False}})
     assert fits.status_code == 202, fits.text
 
