@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import Field, ValidationError
 
 from inference_core import errors
-from inference_core.catalog import METHODS, TARGET_KINDS
+from inference_core.catalog import METHODS, TARGET_KINDS, Method
+from inference_core.memory import format_bytes, job_memory_bytes
 from inference_core.schemas.common import StrictModel, find_nonfinite
 
 
@@ -25,6 +27,10 @@ class Limits:
     max_particles: int = 100_000
     max_steps: int = 1_000_000
     max_dim: int = 1_000_000
+    #: Cap on a job's memory estimate (inference_core.memory); None: not checked (library use).
+    max_job_memory_bytes: int | None = None
+    #: Cap on the metric points a job stores (steps // metrics_interval + 1); None: not checked.
+    max_metric_points: int | None = None
 
 
 class EvalSpec(StrictModel):
@@ -141,9 +147,41 @@ def validate_job_spec(raw: Any, limits: Limits | None = None) -> JobSpec:
         )
     if spec.steps > limits.max_steps:
         raise errors.LimitExceeded(f"steps {spec.steps} is over the cap of {limits.max_steps}", loc=("steps",))
+    points = spec.steps // spec.metrics_interval + 1
+    if limits.max_metric_points is not None and points > limits.max_metric_points:
+        least = math.ceil(spec.steps / max(1, limits.max_metric_points - 1))
+        raise errors.LimitExceeded(
+            f"metrics every {spec.metrics_interval} steps for {spec.steps} steps is {points} metric points, over the "
+            f"cap of {limits.max_metric_points} per job: set metrics_every to at least {least}",
+            loc=("metrics_every",))
+    dim = getattr(target, "dim", None)
+    if dim is not None:  # else it depends on an uploaded data set: the service checks with check_job_memory
+        _check_memory(method, options, spec, dim, limits)
     return spec.model_copy(
         update={"target": target.model_dump(mode="json"), "options": options.model_dump(mode="json")}
     )
+
+
+def _check_memory(method: Method, options: Any, spec: JobSpec, dim: int, limits: Limits) -> None:
+    if limits.max_job_memory_bytes is None:
+        return
+    # MMD's exact reference draws [m, d] (float64), for targets that have them.
+    has_reference = TARGET_KINDS[spec.target["kind"]].has_reference
+    reference = spec.eval.mmd_reference_samples if spec.eval.mmd and has_reference else 0
+    estimate = job_memory_bytes(method.name, method.family, options, spec.num_particles, dim, reference)
+    if estimate > limits.max_job_memory_bytes:
+        raise errors.LimitExceeded(
+            f"the job's memory estimate is {format_bytes(estimate)} ({estimate} bytes for {spec.num_particles} "
+            f"particles of dimension {dim} with {method.name}), over the cap of "
+            f"{format_bytes(limits.max_job_memory_bytes)} ({limits.max_job_memory_bytes} bytes): "
+            "use fewer particles or a smaller target", loc=("num_particles",))
+
+
+def check_job_memory(spec: JobSpec, dim: int, limits: Limits) -> None:
+    """`limit_exceeded` when a validated spec's memory estimate at target dimension `dim` is over
+    `limits.max_job_memory_bytes` (for targets whose dimension comes from an uploaded data set)."""
+    method = METHODS[spec.method]
+    _check_memory(method, method.schema.model_validate(spec.options), spec, dim, limits)
 
 
 def spec_fingerprint(raw: Any) -> str:

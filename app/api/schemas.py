@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 
 class Progress(BaseModel):
@@ -54,6 +54,9 @@ class MetricPointOut(BaseModel):
 class MetricTrace(BaseModel):
     job_id: str
     points: list[MetricPointOut]
+    next_since_step: int | None = Field(
+        default=None, description="more points follow: ask again with since_step set to this (null: this was the "
+        "last page, or a downsampled answer)")
 
 
 class Particles(BaseModel):

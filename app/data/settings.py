@@ -44,6 +44,8 @@ class Settings(BaseSettings):
     max_particles: int = 100_000
     max_steps: int = 1_000_000
     max_dim: int = 1_000_000
+    max_job_memory_bytes: int = 8 * 1024**3  # a job's estimated working set (inference_core.memory), at submit
+    max_metric_points_per_job: int = 100_000  # steps // metrics_every + 1, checked at submit
     max_request_bytes: int = 2 * 1024 * 1024
     body_read_timeout_seconds: float = 30.0  # a request body must arrive in full within this (else 408)
     max_active_jobs_per_tenant: int = 100

@@ -1,15 +1,23 @@
-"""Shared base model: strict (unknown fields rejected) and finite (NaN/inf rejected) everywhere."""
+"""Shared base model: strict (unknown fields rejected, no type coercion) and finite (NaN/inf rejected) everywhere."""
 
 from __future__ import annotations
 
 import math
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Strict
 
 
 class StrictModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=False)
+    """`strict=True`: a JSON string or boolean is never taken as a number ("10", true → 422), nor a number as a
+    boolean; a JSON integer is still a valid float. Tuple fields parsed from JSON arrays use `JsonTuple`."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=False, strict=True)
+
+
+#: Marks a tuple field lax about its container only: strict mode refuses a list for a tuple, and JSON has only
+#: lists; the items keep the model's strictness. Use as `Annotated[tuple[float, float], JsonTuple]`.
+JsonTuple = Strict(False)
 
 
 def find_nonfinite(value: Any, path: tuple = ()) -> tuple | None:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 
-from inference_core.schemas.common import StrictModel
+from inference_core.schemas.common import JsonTuple, StrictModel
 from inference_core.schemas.kernels import BandwidthOptions, KernelOptions
 
 
@@ -15,7 +15,7 @@ class OptimizerOptions(StrictModel):
 
     name: Literal["adam", "sgd", "adagrad_momentum"] = "adam"
     lr: float = Field(default=0.05, gt=0, le=100)
-    betas: tuple[float, float] = (0.9, 0.999)
+    betas: Annotated[tuple[float, float], JsonTuple] = (0.9, 0.999)
     momentum: float = Field(default=0.0, ge=0, lt=1)
     alpha: float = Field(default=0.9, gt=0, lt=1, description="adagrad_momentum history decay")
     eps: float = Field(default=1e-6, gt=0)

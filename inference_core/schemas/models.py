@@ -26,7 +26,7 @@ from pydantic import BeforeValidator, Field, ValidationError, model_validator
 
 from inference_core.datasets import MAX_INLINE_NUMBERS, is_builtin_ref, is_dataset_id, parse_builtin_ref
 from inference_core.datasets.uploads import json_matrix, json_vector
-from inference_core.schemas.common import StrictModel
+from inference_core.schemas.common import JsonTuple, StrictModel
 
 ACTIVATIONS = ("relu", "tanh", "sigmoid", "softplus", "elu", "gelu", "silu", "leaky_relu")
 Activation = Literal["relu", "tanh", "sigmoid", "softplus", "elu", "gelu", "silu", "leaky_relu"]
@@ -563,7 +563,7 @@ class FunctionPosteriorSpec(DataTargetSpec):
     kind: Literal["function_posterior"] = "function_posterior"
     prior: FunctionPrior
     likelihood: GaussianLikelihood = Field(default_factory=GaussianLikelihood)
-    domain: list[tuple[float, float]] | None = Field(default=None, min_length=1)
+    domain: list[Annotated[tuple[float, float], JsonTuple]] | None = Field(default=None, min_length=1)
 
     @model_validator(mode="after")
     def _check(self) -> FunctionPosteriorSpec:

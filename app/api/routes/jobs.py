@@ -30,19 +30,24 @@ from app.data.models import (
     utcnow,
 )
 from app.data.queue import enqueue_job
+from app.data.quota import lock_tenant_jobs
 from app.data.settings import Settings
 from inference_core.catalog import TARGET_KINDS
 from inference_core.datasets import dataset_ref_ids
-from inference_core.spec import Limits, spec_fingerprint, validate_job_spec
+from inference_core.spec import Limits, check_job_memory, spec_fingerprint, validate_job_spec
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 logger = logging.getLogger("parvis.api")
 
 ACTIVE_STATUSES = ("queued", "running")
+#: Largest `max_points` of GET /v1/jobs/{id}/metrics (one downsampled answer).
+MAX_METRIC_POINTS_ANSWERED = 10_000
 
 
 def limits_from(settings: Settings) -> Limits:
-    return Limits(max_particles=settings.max_particles, max_steps=settings.max_steps, max_dim=settings.max_dim)
+    return Limits(max_particles=settings.max_particles, max_steps=settings.max_steps, max_dim=settings.max_dim,
+                  max_job_memory_bytes=settings.max_job_memory_bytes,
+                  max_metric_points=settings.max_metric_points_per_job)
 
 
 def check_dataset_refs(session: Session, tenant: str, target: dict[str, Any], settings: Settings) -> list[str]:
@@ -63,6 +68,19 @@ def check_dataset_refs(session: Session, tenant: str, target: dict[str, Any], se
                 raise Problem(422, "limit_exceeded", f"target dimension {dim} is over the cap of {settings.max_dim}",
                               extra={"loc": ["target"]})
     return refs
+
+
+def dataset_target_dim(session: Session, tenant: str, target: dict[str, Any]) -> int | None:
+    """The dimension of a target that takes it from an uploaded data set's shape (checked by
+    check_dataset_refs), else None."""
+    schema = TARGET_KINDS[target["kind"]].schema.model_validate(target)
+    if getattr(schema, "dim", None) is not None or not hasattr(schema, "dim_for"):
+        return None
+    for dataset_id in dataset_ref_ids(target):
+        record = owned_dataset(session, tenant, dataset_id)
+        if record is not None:
+            return schema.dim_for(record.n_features, record.n_classes, record.n_rows)
+    return None
 
 
 def owned_job(session: Session, tenant: str, job_id: str) -> Job:
@@ -129,20 +147,30 @@ def submit_job(
 ) -> JSONResponse:
     spec = validate_job_spec(body, limits_from(settings))
     dataset_ids = check_dataset_refs(session, tenant, spec.target, settings)
+    if dataset_ids and (dim := dataset_target_dim(session, tenant, spec.target)) is not None:
+        check_job_memory(spec, dim, limits_from(settings))  # validate_job_spec checked the others
     normalized = spec.model_dump(mode="json")
     fingerprint = spec_fingerprint(normalized)
 
+    # The key lookup, the count and the insert below are one serialised step per tenant (app.data.quota):
+    # concurrent submits cannot all see room under the cap, and a retry of a key sees the first one's job.
+    # The lock ends with the transaction (commit or rollback).
+    lock_tenant_jobs(session, tenant)
     if idempotency_key is not None:
         existing = session.execute(
             select(Job).where(Job.tenant_id == tenant, Job.idempotency_key == idempotency_key)
         ).scalar_one_or_none()
         if existing is not None:
-            return _replay(existing, fingerprint, session)
+            try:
+                return _replay(existing, fingerprint, session)
+            finally:
+                session.rollback()  # releases the lock before the response is sent
 
     active = session.execute(
         select(func.count()).select_from(Job).where(Job.tenant_id == tenant, Job.status.in_(ACTIVE_STATUSES))
     ).scalar_one()
     if active >= settings.max_active_jobs_per_tenant:
+        session.rollback()
         raise Problem(429, "quota_exceeded",
                       f"{active} jobs are queued or running; the limit is {settings.max_active_jobs_per_tenant}",
                       headers={"Retry-After": "30"})
@@ -229,17 +257,52 @@ def get_metrics(
     job_id: str,
     session: SessionDep,
     tenant: CurrentTenant,
-    since_step: Annotated[int | None, Query(ge=0)] = None,
+    settings: SettingsDep,
+    since_step: Annotated[int | None, Query(ge=0, description="only points after this step")] = None,
+    limit: Annotated[int | None, Query(ge=1, description="points per page (default and maximum: "
+                                       "PARVIS_MAX_PAGE_SIZE); `next_since_step` asks for the next page")] = None,
+    max_points: Annotated[int | None, Query(ge=1, le=MAX_METRIC_POINTS_ANSWERED,
+                                            description="downsample: at most this many points, evenly spread over "
+                                            "the steps, the last one always included; one page")] = None,
 ) -> MetricTrace:
     owned_job(session, tenant, job_id)
-    query = select(MetricPoint).where(MetricPoint.job_id == job_id)
+    after = [MetricPoint.job_id == job_id]
     if since_step is not None:
-        query = query.where(MetricPoint.step > since_step)
-    points = session.execute(query.order_by(MetricPoint.step, MetricPoint.id)).scalars()
-    return MetricTrace(
-        job_id=job_id,
-        points=[MetricPointOut(step=p.step, wall_time_s=p.wall_time_s, values=p.values) for p in points],
+        after.append(MetricPoint.step > since_step)
+    if max_points is not None:
+        rows = list(session.execute(evenly_spread(after, max_points)).scalars())
+        return MetricTrace(job_id=job_id, points=[metric_point_out(p) for p in rows])
+    size = min(limit or settings.max_page_size, settings.max_page_size)
+    order = (MetricPoint.step, MetricPoint.id)
+    rows = list(session.execute(select(MetricPoint).where(*after).order_by(*order).limit(size + 1)).scalars())
+    page, more = rows[:size], len(rows) > size
+    if more and rows[size].step == page[-1].step and page[0].step != page[-1].step:
+        # Pages end on a step boundary: since_step is exclusive, so a step split across pages would be lost.
+        page = [p for p in page if p.step != page[-1].step]
+    return MetricTrace(job_id=job_id, points=[metric_point_out(p) for p in page],
+                       next_since_step=page[-1].step if more else None)
+
+
+def metric_point_out(point: MetricPoint) -> MetricPointOut:
+    return MetricPointOut(step=point.step, wall_time_s=point.wall_time_s, values=point.values)
+
+
+def evenly_spread(where: list[Any], n: int) -> Any:
+    """At most n metric points, evenly spread: with T rows in (step, id) order, row r (0-based) is kept when
+    r·(n−1) mod (T−1) < n−1, i.e. the first row of each of n equal shares of the range: rows 0 and T−1 are
+    always kept. Computed in the database (window functions: SQLite ≥ 3.25, PostgreSQL)."""
+    ranked = select(
+        MetricPoint.id.label("id"),
+        (func.row_number().over(order_by=(MetricPoint.step, MetricPoint.id)) - 1).label("r"),
+        func.count().over().label("total"),
+    ).where(*where).subquery()
+    keep = or_(
+        ranked.c.total <= n,
+        ranked.c.r == ranked.c.total - 1,
+        (ranked.c.r * (n - 1)) % func.nullif(ranked.c.total - 1, 0) < n - 1,
     )
+    return (select(MetricPoint).where(MetricPoint.id.in_(select(ranked.c.id).where(keep)))
+            .order_by(MetricPoint.step, MetricPoint.id))
 
 
 @router.get(

@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import and_, delete, or_, select
 from sqlalchemy.orm import Session
 
@@ -47,6 +47,8 @@ class SamplerList(BaseModel):
 
 
 class SampleRequest(BaseModel):
+    model_config = ConfigDict(strict=True)  # "10" or true is not a number (issue 15)
+
     n: int = Field(ge=1, description="number of draws")
     seed: int = Field(default=0, ge=0, lt=2**63)
     x: list[list[float]] | None = Field(

@@ -15,7 +15,7 @@ import math
 from typing import Any, Literal
 
 from fastapi import APIRouter, Request
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from app.api.deps import CurrentTenant, SessionDep, SettingsDep, StoreDep
 from app.api.problems import Problem
@@ -36,6 +36,8 @@ MAX_LISTED = 10  # points named in a warning's message (all are in its `points`)
 
 
 class ValidateRequest(BaseModel):
+    model_config = ConfigDict(strict=True)  # "1.5" or true is not a number (issue 15)
+
     target: dict[str, Any]
     points: list[list[float]] = Field(min_length=1)
     dtype: Dtype | None = Field(default=None, description="the job's dtype; default: options.dtype, then the "

@@ -1,0 +1,86 @@
+"""A job's memory estimate, checked before it is accepted (issue 15: 100,000 particles × 1,000,000 dimensions
+was accepted and then failed mid-run with `internal_error`).
+
+It is an order-of-magnitude upper estimate of the working set, not a measurement: the largest arrays a method
+holds at once, counted from the spec alone (torch-free, so the API can check it). Dense arrays of the target
+itself are bounded by the request size cap and left out.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+#: Bytes per number of each dtype option (methods without one compute in float32).
+ITEMSIZE = {"float32": 4, "float64": 8}
+#: [n, d] arrays a particle method holds at once: particles, score, kernel term, update, two Adam moments,
+#: the checkpoint and evaluator copies, and torch's temporaries (SVGD at n = d = 4000 on the CPU grew by about
+#: 15 of them).
+PARTICLE_COPIES = 16
+#: Row blocks of the chunked pairwise kernels (inference_core.kernels.dispatch default budget), counted once.
+PAIRWISE_SCRATCH_BYTES = 256 * 1024**2
+#: GFSF's dense solve: the n×n Gram matrix, its Cholesky factor, the right-hand side and temporaries, in
+#: float64, up to kernels.solve.CHOLESKY_MAX_N particles (CG above that, chunked).
+DENSE_SOLVE_MAX_N = 8192
+DENSE_SOLVE_COPIES = 5  # GFSF at n = 8000 grew by about 4 n×n float64 arrays
+#: Default noise width k of a generator (methods.generative.base.DEFAULT_NOISE_DIM).
+DEFAULT_NOISE_DIM = 64
+#: Generator parameters held at once: weights, gradient, two Adam moments.
+PARAMETER_COPIES = 4
+#: [batch, width] activations kept per layer for the backward pass: forward value, gradient and temporaries
+#: (amortised SVGD at n = 2000, d = 4000 grew by about 6 of them).
+ACTIVATION_COPIES = 8
+
+
+def mlp_parameters(widths: list[int]) -> int:
+    """Weights and biases of a dense MLP with these layer widths (input first, output last)."""
+    return sum((a + 1) * b for a, b in zip(widths[:-1], widths[1:], strict=True))
+
+
+def _generative_bytes(method: str, options: Any, n: int, d: int, itemsize: int) -> int:
+    generator = options.generator
+    k = min(generator.noise_dim or min(d, DEFAULT_NOISE_DIM), d)
+    widths = [k, *generator.hidden, d]
+    expectation = getattr(options, "expectation_particles", None) or n
+    batch = n + expectation
+    total = PARAMETER_COPIES * mlp_parameters(widths) * itemsize
+    total += ACTIVATION_COPIES * batch * (d + sum(widths)) * itemsize  # noise of up to d columns, layers, output
+    if method == "gpvi_exact":
+        total += ACTIVATION_COPIES * n * k * d * itemsize  # the k×d Jacobian block of each draw
+    elif method == "gpvi" and options.helper == "matrix":
+        helper = options.helper_network
+        layers = [helper.hidden_width] * helper.resolved_layers("matrix")
+        total += PARAMETER_COPIES * mlp_parameters([k, *layers, k * k]) * itemsize
+        total += ACTIVATION_COPIES * n * (k * k + helper.probes * k) * itemsize
+    elif method == "gpvi":  # the pairwise helper runs on all n·n' pairs, layers of width 2·hidden_width
+        helper = options.helper_network
+        pair_width = k + helper.resolved_layers("pairwise") * 2 * helper.hidden_width
+        total += ACTIVATION_COPIES * n * expectation * pair_width * itemsize
+    if method == "amortized_gfsf" and n <= DENSE_SOLVE_MAX_N:
+        total += DENSE_SOLVE_COPIES * n * n * 8
+    return total
+
+
+def job_memory_bytes(method: str, family: str, options: Any, num_particles: int, dim: int,
+                     eval_reference_samples: int = 0) -> int:
+    """Estimated peak bytes of a job: `method` and `family` from the catalog, `options` its validated option
+    model, `dim` the target dimension, `eval_reference_samples` the evaluator's exact reference draws."""
+    n, d = num_particles, dim
+    itemsize = ITEMSIZE.get(getattr(options, "dtype", "float32"), 4)
+    if family == "generative":
+        total = _generative_bytes(method, options, n, d, itemsize)
+    else:
+        total = PARTICLE_COPIES * n * d * itemsize
+        if method == "gfsf" and (options.solve_method == "cholesky"
+                                 or (options.solve_method == "auto" and n <= DENSE_SOLVE_MAX_N)):
+            total += DENSE_SOLVE_COPIES * n * n * 8
+    total += eval_reference_samples * d * 8
+    return int(total + PAIRWISE_SCRATCH_BYTES)
+
+
+def format_bytes(value: int | float) -> str:
+    """1536 → '1.5 KiB' (binary units, as the cap's setting is usually written)."""
+    if value < 1024:
+        return f"{int(value)} B"
+    exponent = min(int(math.log(value, 1024)), 6)
+    return f"{value / 1024**exponent:.1f} {'BKMGTPE'[exponent]}iB"
