@@ -57,7 +57,8 @@ def _document() -> dict:
     """The OpenAPI document, built from the app's code at collection time (schemathesis parametrizes per
     operation before any server runs; its fixture-based lazy loader does not work with pytest 9).
     `test_the_served_document_is_the_one_tested` checks the running API serves this same document."""
-    return create_app(Settings(data_dir=Path(tempfile.gettempdir()) / "parvis-openapi")).openapi()
+    settings = Settings(data_dir=Path(tempfile.gettempdir()) / "parvis-openapi", auth_enabled=True)
+    return create_app(settings).openapi()
 
 
 DOCUMENT = _document()
