@@ -9,13 +9,8 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from app.api.access_log import AccessLogMiddleware
-from app.api.middleware import (
-    AuthMiddleware,
-    BodyLimitMiddleware,
-    BodyReadTimeoutMiddleware,
-    RequestIdMiddleware,
-)
+from app.api.docs import install_offline_docs
+from app.api.openapi import add_problem_responses
 from app.api.problems import install_problem_handlers
 from app.api.routes import catalog, datasets, events, health, jobs, predict, samplers, targets
 from app.api.sampler_cache import SamplerCache
@@ -51,7 +46,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version=__version__,
         description="Posterior sampling as a service: particle and generative variational inference.",
         openapi_url="/v1/openapi.json",
-        docs_url="/v1/docs",
+        docs_url=None,  # served from packaged assets by install_offline_docs, not from a CDN
         redoc_url=None,
         lifespan=lifespan,
     )
@@ -66,11 +61,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for module in (health, catalog, targets, jobs, events, datasets, samplers, predict):
         app.include_router(module.router)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
+    install_offline_docs(app)
     return app
 
 
 def _openapi(app: FastAPI) -> dict:
-    """The generated spec, plus JobSpec (the submit body is parsed by hand to give precise error codes)."""
+    """The generated spec, plus JobSpec (the submit body is parsed by hand to give precise error codes), and
+    the problem responses and key requirement of every operation (app/api/openapi.py)."""
     if app.openapi_schema is None:
         schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
         components = schema.setdefault("components", {}).setdefault("schemas", {})
@@ -80,6 +77,6 @@ def _openapi(app: FastAPI) -> dict:
         submit = schema["paths"]["/v1/jobs"]["post"]
         submit["requestBody"] = {"required": True, "content": {"application/json": {
             "schema": {"$ref": "#/components/schemas/JobSpec"}}}}
-        schema["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
+        add_problem_responses(schema, app.routes)
         app.openapi_schema = schema
     return app.openapi_schema

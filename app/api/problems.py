@@ -12,6 +12,13 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
+
+try:
+    from fastapi.routing import iter_route_contexts
+except ImportError:  # FastAPI before included routers stayed nested in app.routes: the list is already flat
+    def iter_route_contexts(routes):  # type: ignore[no-redef]  # noqa: ANN001, ANN202
+        return iter(routes)
 
 from inference_core.errors import InferenceError
 
@@ -80,6 +87,16 @@ def _validation_detail(exc: RequestValidationError) -> str:
     return f"{loc}: {message}" if loc else message
 
 
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route serves at this request's path. Starlette's own 405 names only the methods of
+    the first route whose path matched, wrong wherever several routes share a path (GET and POST /v1/jobs)."""
+    methods: set[str] = set()
+    for route in iter_route_contexts(request.app.routes):
+        if getattr(route, "methods", None) and route.matches(request.scope)[0] is not Match.NONE:
+            methods |= set(route.methods)
+    return sorted(methods)
+
+
 def install_problem_handlers(app: FastAPI) -> None:
     @app.exception_handler(Problem)
     async def _problem(request: Request, exc: Problem) -> JSONResponse:
@@ -98,9 +115,13 @@ def install_problem_handlers(app: FastAPI) -> None:
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = _STATUS_CODES.get(exc.status_code, "http_error")
         detail = exc.detail if isinstance(exc.detail, str) else HTTPStatus(exc.status_code).phrase
+        headers = getattr(exc, "headers", None)
         if exc.status_code == 404 and detail == "Not Found":
             detail = f"no route {request.method} {request.url.path}"
-        return problem_response(request, exc.status_code, code, detail, headers=getattr(exc, "headers", None))
+        if exc.status_code == 405 and (allowed := allowed_methods(request)):
+            headers = {**(headers or {}), "Allow": ", ".join(allowed)}
+            detail = f"{request.method} is not allowed on {request.url.path}; allowed: {', '.join(allowed)}"
+        return problem_response(request, exc.status_code, code, detail, headers=headers)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
