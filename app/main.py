@@ -9,7 +9,14 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
+from app.api.access_log import AccessLogMiddleware
 from app.api.docs import install_offline_docs
+from app.api.middleware import (
+    AuthMiddleware,
+    BodyLimitMiddleware,
+    BodyReadTimeoutMiddleware,
+    RequestIdMiddleware,
+)
 from app.api.openapi import add_problem_responses
 from app.api.problems import install_problem_handlers
 from app.api.routes import catalog, datasets, events, health, jobs, predict, samplers, targets
