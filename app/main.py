@@ -10,6 +10,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from app.api.middleware import BodyLimitMiddleware, RequestIdMiddleware
+from app.api.observability import install_metrics
 from app.api.problems import install_problem_handlers
 from app.api.routes import catalog, datasets, events, health, jobs, predict, samplers, targets
 from app.api.sampler_cache import SamplerCache
@@ -53,6 +54,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(BodyLimitMiddleware, limit_for=lambda path: settings.max_dataset_bytes
                        if path.rstrip("/") == "/v1/datasets" else settings.max_request_bytes)
     app.add_middleware(RequestIdMiddleware)
+    install_metrics(app, settings)  # Prometheus GET /metrics and the per-route latency middleware
     for module in (health, catalog, targets, jobs, events, datasets, samplers, predict):
         app.include_router(module.router)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
