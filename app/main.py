@@ -17,6 +17,7 @@ from app.api.middleware import (
     BodyReadTimeoutMiddleware,
     RequestIdMiddleware,
 )
+from app.api.observability import install_metrics
 from app.api.openapi import add_problem_responses
 from app.api.problems import install_problem_handlers
 from app.api.routes import catalog, datasets, events, health, jobs, predict, samplers, targets
@@ -65,6 +66,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(RequestIdMiddleware)
     if settings.log_format == "json":
         app.add_middleware(AccessLogMiddleware)  # outermost: times the whole request, 413s included
+    install_metrics(app, settings)  # Prometheus GET /metrics and the per-route latency middleware
     for module in (health, catalog, targets, jobs, events, datasets, samplers, predict):
         app.include_router(module.router)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]

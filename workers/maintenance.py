@@ -10,6 +10,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from datetime import timedelta
 
 from sqlalchemy import delete
@@ -19,7 +20,9 @@ from app.data import jobs as job_state
 from app.data.db import make_engine, make_session_factory
 from app.data.models import WorkerHeartbeat, utcnow
 from app.data.queue import enqueue_job, make_celery
+from app.data.retention import sweep_expired
 from app.data.settings import Settings
+from app.data.store import make_store
 
 logger = logging.getLogger("parvis.worker")
 
@@ -44,6 +47,7 @@ class Maintenance(threading.Thread):
                 if elapsed - last_reap >= self.settings.reaper_interval_seconds or last_reap == 0.0:
                     self.reap()
                     last_reap = elapsed or 1e-9
+                self.sweep()
             except Exception:  # noqa: BLE001 - keep maintaining through DB/broker blips
                 logger.warning("maintenance pass failed", exc_info=True)
             if self.stopped.wait(tick):
@@ -72,6 +76,25 @@ class Maintenance(threading.Thread):
             logger.error("job %s: lease expired too often, failed with worker_lost", job_id)
         for job_id in [*outcome.requeued, *stale]:
             enqueue_job(self.sender, self.settings, job_id)
+
+    last_sweep: float | None = None  # monotonic time of the last retention sweep
+
+    def sweep(self) -> None:
+        """Delete expired jobs, samplers and data sets with their bytes (app/data/retention.py), at most every
+        `sweep_interval_seconds`; a failed sweep is logged and retried at the next interval."""
+        now = time.monotonic()
+        if self.last_sweep is not None and now - self.last_sweep < self.settings.sweep_interval_seconds:
+            return
+        self.last_sweep = now
+        try:
+            with self.sessions() as session:
+                swept = sweep_expired(session, make_store(self.settings.artifacts_url))
+        except Exception:  # noqa: BLE001 - retention must never stop heartbeats or reaping
+            logger.warning("retention sweep failed", exc_info=True)
+            return
+        if swept:
+            logger.info("retention: deleted %d jobs, %d samplers, %d datasets (expired)",
+                        len(swept.jobs), len(swept.samplers), len(swept.datasets))
 
     def stop(self) -> None:
         self.stopped.set()

@@ -265,6 +265,7 @@ class JobExecution:
             return None
         record, rows = store_sampler(self.context.store, trained, tenant_id=self.job.tenant_id,
                                      job_id=self.job.id, method=self.job.method)
+        record.expires_at = self.job.expires_at  # retention: a sampler lives as long as its job
         artifacts.extend(rows)
         return record
 

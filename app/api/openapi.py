@@ -51,7 +51,9 @@ PROBLEM_DESCRIPTIONS = {
     401: "no valid API key (`unauthorized`)",
     404: "no such object for this tenant (`not_found`)",
     406: "`Accept` names no media type this route produces (`not_acceptable`)",
+    408: "the body did not arrive in full in time (`request_timeout`)",
     409: "conflicts with the current state (e.g. `job_not_finished`, `dataset_in_use`)",
+    410: "the object has expired and awaits deletion (`expired`)",
     413: "the body or the requested size is over a limit (`payload_too_large`, `limit_exceeded`)",
     415: "the body's media type is not supported (`unsupported_media_type`)",
     422: "the request is invalid (`request_invalid`, or a library code such as `spec_invalid`)",
@@ -86,23 +88,24 @@ def requires_api_key(route: APIRoute) -> bool:
 def problem_statuses(method: str, operation: dict[str, Any], authenticated: bool) -> set[int]:
     """The problem statuses an operation can answer with, from its shape:
     - tenant routes: 401 (key), 422 (input), 429 (quota), 503 (the key lookup itself needs the database);
-    - a path parameter names an object: 404 when it is not the tenant's;
+    - a path parameter names an object: 404 when it is not the tenant's, 410 once it has expired;
     - a write (any method but GET) can conflict with the current state, 409 (a job not finished, a dataset in
       use, an idempotency key reused), and so can reading an object's array (particles exist once it finished);
-    - a request body: 400 (unparseable), 413 (too large), 415 when several media types are accepted;
+    - a request body: 400 (unparseable), 408 (not sent in time), 413 (too large), 415 when several media
+      types are accepted;
     - an array answer negotiated between JSON and `.npy`: 406."""
     statuses = {401, 422, 429, 503} if authenticated else set()
     names_object = any(p.get("in") == "path" for p in operation.get("parameters", []))
     negotiated = "application/x-npy" in operation.get("responses", {}).get("200", {}).get("content", {})
     if names_object:
-        statuses.add(404)
+        statuses |= {404, 410}
     if authenticated and (method != "get" or (names_object and negotiated)):
         statuses.add(409)
     if negotiated:
         statuses.add(406)
     body = operation.get("requestBody")
     if body is not None:
-        statuses |= {400, 413, 422}
+        statuses |= {400, 408, 413, 422}
         if len(body.get("content", {})) > 1:
             statuses.add(415)
     return statuses

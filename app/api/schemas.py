@@ -38,6 +38,7 @@ class JobOut(BaseModel):
     cancel_requested: bool
     checkpoint_step: int | None
     resumed_from_step: int | None
+    expires_at: datetime | None = None  # retention: 410 `expired` once past (and finished); null: kept forever
 
 
 class JobList(BaseModel):

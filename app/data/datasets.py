@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -20,14 +21,15 @@ def dataset_key(dataset_id: str) -> str:
 
 
 def save_dataset(session: Session, store: ArtifactStore, tenant_id: str, dataset: Dataset, *,
-                 name: str | None, source_media_type: str) -> tuple[DatasetRecord, Artifact]:
+                 name: str | None, source_media_type: str,
+                 expires_at: datetime | None = None) -> tuple[DatasetRecord, Artifact]:
     dataset_id = new_id("ds")
     blob = store.put(dataset_key(dataset_id), dataset_to_npz(dataset))
     y_kind = "none" if dataset.y is None else ("labels" if dataset.labels_are_integers else "float")
     n_classes = int(dataset.y.max()) + 1 if y_kind == "labels" and dataset.y.size else None
     record = DatasetRecord(id=dataset_id, tenant_id=tenant_id, name=name, n_rows=dataset.n_rows,
                            n_features=dataset.n_features, n_test_rows=dataset.n_test_rows, y_kind=y_kind,
-                           n_classes=n_classes, source_media_type=source_media_type)
+                           n_classes=n_classes, source_media_type=source_media_type, expires_at=expires_at)
     artifact = Artifact(id=new_id("art"), tenant_id=tenant_id, dataset_id=dataset_id, role="dataset",
                         path=blob.key, sha256=blob.sha256, size_bytes=blob.size_bytes,
                         media_type=DATASET_MEDIA_TYPE)

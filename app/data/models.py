@@ -95,12 +95,15 @@ class Job(Base):
     enqueued_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # Retention: past this instant a finished job answers 410 and the sweeper deletes it (null: kept forever).
+    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
     __table_args__ = (
         CheckConstraint(f"status IN {JOB_STATUSES}", name="status_valid"),
         UniqueConstraint("tenant_id", "idempotency_key"),
         Index("ix_jobs_tenant_created", "tenant_id", "created_at", "id"),
         Index("ix_jobs_status_lease", "status", "lease_expires_at"),
+        Index("ix_jobs_expires_at", "expires_at"),
     )
 
 
@@ -126,8 +129,12 @@ class Sampler(Base):
     method: Mapped[str] = mapped_column(String(64))
     config: Mapped[dict[str, Any]] = mapped_column(JSONType)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime())  # its job's (it is deleted with the job)
 
-    __table_args__ = (Index("ix_samplers_tenant_created", "tenant_id", "created_at", "id"),)
+    __table_args__ = (
+        Index("ix_samplers_tenant_created", "tenant_id", "created_at", "id"),
+        Index("ix_samplers_expires_at", "expires_at"),
+    )
 
 
 class DatasetRecord(Base):
@@ -145,8 +152,12 @@ class DatasetRecord(Base):
     n_classes: Mapped[int | None] = mapped_column(Integer)
     source_media_type: Mapped[str] = mapped_column(String(100))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime())  # kept past it while an active job uses it
 
-    __table_args__ = (Index("ix_datasets_tenant_created", "tenant_id", "created_at", "id"),)
+    __table_args__ = (
+        Index("ix_datasets_tenant_created", "tenant_id", "created_at", "id"),
+        Index("ix_datasets_expires_at", "expires_at"),
+    )
 
 
 class JobDataset(Base):

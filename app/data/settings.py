@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -74,6 +74,20 @@ class Settings(BaseSettings):
     progress_interval_seconds: float = 0.5
     job_time_limit_seconds: int = 7 * 24 * 3600
     worker_shutdown_grace_seconds: float = 20.0
+
+    # Retention (docs/architecture.md, "Retention"): jobs, samplers and data sets get `expires_at` = creation +
+    # `retention_days` (fractions allowed; 0 = keep forever), or the tenant's own value from
+    # `PARVIS_RETENTION_DAYS_BY_TENANT='{"acme": 7}'`; each worker's sweeper deletes expired rows and their bytes
+    # every `sweep_interval_seconds`.
+    retention_days: float = Field(default=30.0, ge=0)
+    retention_days_by_tenant: dict[str, Annotated[float, Field(ge=0)]] = Field(default_factory=dict)
+    sweep_interval_seconds: float = Field(default=300.0, gt=0)
+
+    # Prometheus scrape endpoint `GET /metrics` (aggregates only): a bearer token if set; DB-derived gauges are
+    # cached `metrics_cache_seconds`; job durations cover jobs finished in the last `metrics_window_seconds`.
+    metrics_token: str = ""
+    metrics_cache_seconds: float = Field(default=5.0, ge=0)
+    metrics_window_seconds: float = Field(default=3600.0, gt=0)
 
     @model_validator(mode="after")
     def _fill_embedded_defaults(self) -> Settings:

@@ -13,8 +13,10 @@ from starlette.concurrency import run_in_threadpool
 from app.api.deps import CurrentTenant, SessionDep, SettingsDep, StoreDep
 from app.api.pagination import clamp_page_size, decode_token, encode_token
 from app.api.problems import Problem, not_found
+from app.api.retention import expired
 from app.data.datasets import owned_dataset, save_dataset
-from app.data.models import Artifact, DatasetRecord, Job, JobDataset
+from app.data.models import Artifact, DatasetRecord, Job, JobDataset, utcnow
+from app.data.retention import expires_at_for, is_expired, not_expired
 from inference_core.datasets import DatasetTooLarge, UnsupportedMediaType, parse_dataset_upload
 
 router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
@@ -34,6 +36,7 @@ class DatasetOut(BaseModel):
     sha256: str
     size_bytes: int
     created_at: datetime
+    expires_at: datetime | None = None  # retention: 410 `expired` once past; null: kept forever
 
 
 class DatasetList(BaseModel):
@@ -45,7 +48,7 @@ def dataset_out(record: DatasetRecord, artifact: Artifact) -> DatasetOut:
     return DatasetOut(id=record.id, name=record.name, n_rows=record.n_rows, n_features=record.n_features,
                       n_test_rows=record.n_test_rows, y=record.y_kind, n_classes=record.n_classes,
                       dtype="float64", sha256=artifact.sha256, size_bytes=artifact.size_bytes,
-                      created_at=record.created_at)
+                      created_at=record.created_at, expires_at=record.expires_at)
 
 
 def _artifact(session, dataset_id: str) -> Artifact:  # noqa: ANN001
@@ -116,7 +119,7 @@ async def upload_dataset(
         except ValueError as exc:
             raise Problem(422, "dataset_invalid", str(exc)) from None
         record, artifact = save_dataset(session, store, tenant, dataset, name=name,
-                                        source_media_type=media_type)
+                                        source_media_type=media_type, expires_at=expires_at_for(settings, tenant))
         return dataset_out(record, artifact)
 
     return await run_in_threadpool(parse_and_store)
@@ -132,7 +135,7 @@ def list_datasets(
 ) -> DatasetList:
     size = clamp_page_size(page_size, settings.default_page_size, settings.max_page_size)
     query = select(DatasetRecord, Artifact).join(Artifact, Artifact.dataset_id == DatasetRecord.id).where(
-        DatasetRecord.tenant_id == tenant)
+        DatasetRecord.tenant_id == tenant, not_expired(DatasetRecord.expires_at, utcnow()))
     if page_token:
         created, last_id = decode_token(settings.resolved_secret_key(), page_token, {"kind": "datasets"})
         query = query.where(or_(DatasetRecord.created_at < created,
@@ -150,6 +153,8 @@ def get_dataset(dataset_id: str, session: SessionDep, tenant: CurrentTenant) -> 
     record = owned_dataset(session, tenant, dataset_id)
     if record is None:
         raise not_found("dataset", dataset_id)
+    if is_expired(record.expires_at):
+        raise expired("dataset", dataset_id, record.expires_at)
     return dataset_out(record, _artifact(session, dataset_id))
 
 
@@ -158,6 +163,8 @@ def delete_dataset(dataset_id: str, session: SessionDep, tenant: CurrentTenant, 
     record = owned_dataset(session, tenant, dataset_id)
     if record is None:
         raise not_found("dataset", dataset_id)
+    if is_expired(record.expires_at):
+        raise expired("dataset", dataset_id, record.expires_at)
     live = session.execute(select(Job.id).join(JobDataset, JobDataset.job_id == Job.id).where(
         JobDataset.dataset_id == dataset_id, Job.status.in_(ACTIVE)).limit(1)).scalar_one_or_none()
     if live is not None:

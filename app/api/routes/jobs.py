@@ -16,6 +16,7 @@ from app.api.deps import CurrentTenant, SenderDep, SessionDep, SettingsDep, Stor
 from app.api.negotiation import array_response, load_npy
 from app.api.pagination import clamp_page_size, decode_token, encode_token
 from app.api.problems import Problem, not_found
+from app.api.retention import expired
 from app.api.schemas import JobError, JobList, JobOut, MetricPointOut, MetricTrace, Progress
 from app.data.datasets import owned_dataset
 from app.data.jobs import new_id
@@ -31,6 +32,7 @@ from app.data.models import (
 )
 from app.data.queue import enqueue_job
 from app.data.quota import lock_tenant_jobs
+from app.data.retention import expires_at_for, is_expired, job_is_expired, job_is_live
 from app.data.settings import Settings
 from inference_core.catalog import TARGET_KINDS
 from inference_core.datasets import dataset_ref_ids
@@ -58,6 +60,9 @@ def check_dataset_refs(session: Session, tenant: str, target: dict[str, Any], se
         record = owned_dataset(session, tenant, dataset_id)
         if record is None:
             raise Problem(422, "dataset_unknown", f"no dataset {dataset_id!r}", extra={"loc": ["target", "dataset"]})
+        if is_expired(record.expires_at):
+            raise Problem(422, "dataset_expired", f"dataset {dataset_id!r} has expired",
+                          extra={"loc": ["target", "dataset"]})
         if getattr(schema, "dim", None) is None and hasattr(schema, "dim_for"):
             try:
                 dim = schema.dim_for(record.n_features, record.n_classes, record.n_rows)
@@ -84,10 +89,13 @@ def dataset_target_dim(session: Session, tenant: str, target: dict[str, Any]) ->
 
 
 def owned_job(session: Session, tenant: str, job_id: str) -> Job:
-    """The tenant's job or 404 (another tenant's job is indistinguishable from a missing one)."""
+    """The tenant's job or 404 (another tenant's job is indistinguishable from a missing one); 410 once the
+    finished job has expired (until the sweeper deletes it)."""
     job = session.execute(select(Job).where(Job.id == job_id, Job.tenant_id == tenant)).scalar_one_or_none()
     if job is None:
         raise not_found("job", job_id)
+    if job_is_expired(job):
+        raise expired("job", job_id, job.expires_at)
     return job
 
 
@@ -113,6 +121,7 @@ def job_out(job: Job, sampler_id: str | None = None) -> JobOut:
         cancel_requested=job.cancel_requested,
         checkpoint_step=job.checkpoint_step,
         resumed_from_step=job.resumed_from_step,
+        expires_at=job.expires_at,
     )
 
 
@@ -190,6 +199,7 @@ def submit_job(
         created_at=now,
         updated_at=now,
         enqueued_at=now,
+        expires_at=expires_at_for(settings, tenant, now),
     )
     session.add(job)
     session.add_all(JobDataset(job_id=job.id, dataset_id=dataset_id) for dataset_id in dataset_ids)
@@ -230,7 +240,7 @@ def list_jobs(
         raise Problem(422, "request_invalid", f"status must be one of {', '.join(JOB_STATUSES)}")
     size = clamp_page_size(page_size, settings.default_page_size, settings.max_page_size)
     filters = {"status": status}
-    query = select(Job).where(Job.tenant_id == tenant)
+    query = select(Job).where(Job.tenant_id == tenant, job_is_live(utcnow()))
     if status is not None:
         query = query.where(Job.status == status)
     if page_token:

@@ -16,7 +16,9 @@ from app.api.deps import CurrentTenant, SessionDep, SettingsDep, StoreDep
 from app.api.negotiation import array_response, choose_array_format
 from app.api.pagination import clamp_page_size, decode_token, encode_token
 from app.api.problems import Problem, not_found
-from app.data.models import Artifact, Sampler
+from app.api.retention import expired
+from app.data.models import Artifact, Sampler, utcnow
+from app.data.retention import is_expired, not_expired
 from app.data.samplers import ONNX_MEDIA_TYPE, ZIP_MEDIA_TYPE
 
 router = APIRouter(prefix="/v1/samplers", tags=["samplers"])
@@ -39,6 +41,7 @@ class SamplerOut(BaseModel):
     config: dict[str, Any]
     artifacts: list[ArtifactOut]
     created_at: datetime
+    expires_at: datetime | None = None  # its job's: 410 `expired` once past; null: kept forever
 
 
 class SamplerList(BaseModel):
@@ -83,6 +86,8 @@ def owned_sampler(session: Session, tenant: str, sampler_id: str) -> Sampler:
     ).scalar_one_or_none()
     if sampler is None:
         raise not_found("sampler", sampler_id)
+    if is_expired(sampler.expires_at):
+        raise expired("sampler", sampler_id, sampler.expires_at)
     return sampler
 
 
@@ -101,6 +106,7 @@ def sampler_out(sampler: Sampler, artifacts: dict[str, Artifact]) -> SamplerOut:
         artifacts=[ArtifactOut(role=a.role, media_type=a.media_type, sha256=a.sha256, size_bytes=a.size_bytes)
                    for a in sorted(artifacts.values(), key=lambda a: a.role)],
         created_at=sampler.created_at,
+        expires_at=sampler.expires_at,
     )
 
 
@@ -109,7 +115,7 @@ def list_samplers(session: SessionDep, tenant: CurrentTenant, settings: Settings
                   page_size: Annotated[int | None, Query()] = None,
                   page_token: Annotated[str | None, Query()] = None) -> SamplerList:
     size = clamp_page_size(page_size, settings.default_page_size, settings.max_page_size)
-    query = select(Sampler).where(Sampler.tenant_id == tenant)
+    query = select(Sampler).where(Sampler.tenant_id == tenant, not_expired(Sampler.expires_at, utcnow()))
     if page_token:
         created, last_id = decode_token(settings.resolved_secret_key(), page_token, {"kind": "samplers"})
         query = query.where(or_(Sampler.created_at < created, and_(Sampler.created_at == created,
