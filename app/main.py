@@ -13,6 +13,7 @@ from app.api.middleware import BodyLimitMiddleware, RequestIdMiddleware
 from app.api.problems import install_problem_handlers
 from app.api.routes import catalog, datasets, events, health, jobs, predict, samplers, targets
 from app.api.sampler_cache import SamplerCache
+from app.api.sampling import ComputePool, default_concurrency
 from app.data.db import make_engine, make_session_factory
 from app.data.queue import make_celery
 from app.data.settings import Settings, get_settings
@@ -35,9 +36,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.store = make_store(settings.artifacts_url)
         app.state.celery = make_celery(settings, main="parvis-api")
         app.state.sampler_cache = SamplerCache(settings.sampler_cache_size)
+        # Torch and the samplers are imported in the background: /health/live answers at once, /health/ready
+        # says `warm` once the first /sample no longer pays for the import.
+        app.state.compute = ComputePool(settings.sample_concurrency or default_concurrency())
+        app.state.compute.start_warm_up()
         if not settings.auth_enabled:
             logger.warning("authentication is OFF: every request acts as the single tenant 'local'")
         yield
+        app.state.compute.shutdown()
         engine.dispose()
 
     app = FastAPI(

@@ -47,6 +47,7 @@ def get_current_tenant(request: Request, settings: SettingsDep, session: Session
     header = request.headers.get("authorization", "")
     scheme, _, key = header.partition(" ")
     tenant = tenant_for_key(session, key.strip()) if scheme.lower() == "bearer" and key else None
+    session.rollback()  # the lookup's connection goes back to the pool: the route may compute for long
     if tenant is None:
         raise Problem(401, "unauthorized", "a valid API key is required: Authorization: Bearer <key>",
                       headers={"WWW-Authenticate": "Bearer"})
