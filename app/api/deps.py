@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from typing import Annotated
 
 from celery import Celery
@@ -19,12 +19,17 @@ def get_settings_dep(request: Request) -> Settings:
     return request.app.state.settings
 
 
-def get_session(request: Request) -> Iterator[Session]:
-    session = request.app.state.session_factory()
-    try:
-        yield session
-    finally:
-        session.close()
+async def get_session(request: Request) -> AsyncIterator[Session]:
+    """A request's session, once one of `session_gate`'s slots (as many as the pool has connections) is free.
+    The wait is on the event loop, not in a threadpool thread: sync endpoints waiting for a pooled connection
+    in every thread, while finished requests held the connections until a thread was free to serialise their
+    answers, deadlocked bursts of polls for the pool's 30 s timeout."""
+    async with request.app.state.session_gate:
+        session = request.app.state.session_factory()
+        try:
+            yield session
+        finally:
+            session.close()
 
 
 def get_store(request: Request) -> ArtifactStore:
@@ -41,13 +46,16 @@ StoreDep = Annotated[ArtifactStore, Depends(get_store)]
 SenderDep = Annotated[Celery, Depends(get_sender)]
 
 
-def get_current_tenant(request: Request, settings: SettingsDep, session: SessionDep) -> str:
+def get_current_tenant(request: Request, settings: SettingsDep) -> str:
     if not settings.auth_enabled:
         return LOCAL_TENANT
     header = request.headers.get("authorization", "")
     scheme, _, key = header.partition(" ")
-    tenant = tenant_for_key(session, key.strip()) if scheme.lower() == "bearer" and key else None
-    session.rollback()  # the lookup's connection goes back to the pool: the route may compute for long
+    tenant = None
+    if scheme.lower() == "bearer" and key:
+        # Its own short session: a route that computes for long (/sample) holds no connection for the lookup.
+        with request.app.state.session_factory() as session:
+            tenant = tenant_for_key(session, key.strip())
     if tenant is None:
         raise Problem(401, "unauthorized", "a valid API key is required: Authorization: Bearer <key>",
                       headers={"WWW-Authenticate": "Bearer"})
