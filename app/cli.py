@@ -142,6 +142,12 @@ def cmd_api(args: argparse.Namespace) -> int:
         return 2
     import uvicorn
 
+    if args.workers > 1:
+        # Several processes on one socket, each building its app from the environment (PARVIS_DATA_DIR was
+        # set by _settings). They share nothing in memory: the database, broker and store hold all state.
+        uvicorn.run("app.main:create_app", factory=True, workers=args.workers, host=args.host, port=args.port,
+                    log_level="info", access_log=False)
+        return 0
     from app.main import create_app
 
     uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level="info", access_log=False,
@@ -231,6 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
     api = sub.add_parser("api", help="the API alone (cluster deployments)")
     api.add_argument("--host", default="127.0.0.1")
     api.add_argument("--port", type=int, default=8000)
+    api.add_argument("--workers", type=int, default=1, help="API processes serving the port (uvicorn workers)")
     data_dir(api)
     api.set_defaults(func=cmd_api)
 

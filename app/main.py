@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -22,7 +23,8 @@ from app.api.openapi import add_problem_responses
 from app.api.problems import install_problem_handlers
 from app.api.routes import catalog, datasets, events, health, jobs, predict, samplers, targets
 from app.api.sampler_cache import SamplerCache
-from app.data.db import make_engine, make_session_factory
+from app.api.sampling import ComputePool, default_concurrency
+from app.data.db import make_engine, make_session_factory, pool_capacity
 from app.data.queue import make_celery
 from app.data.settings import Settings, get_settings
 from app.data.store import make_store
@@ -41,12 +43,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.settings = settings
         app.state.engine = engine
         app.state.session_factory = make_session_factory(engine)
+        app.state.session_gate = asyncio.Semaphore(pool_capacity(engine))  # deps.get_session
         app.state.store = make_store(settings.artifacts_url, settings)
         app.state.celery = make_celery(settings, main="parvis-api")
         app.state.sampler_cache = SamplerCache(settings.sampler_cache_size)
+        # Torch and the samplers are imported in the background: /health/live answers at once, /health/ready
+        # says `warm` once the first /sample no longer pays for the import.
+        app.state.compute = ComputePool(settings.sample_concurrency or default_concurrency())
+        app.state.compute.start_warm_up()
         if not settings.auth_enabled:
             logger.warning("authentication is OFF: every request acts as the single tenant 'local'")
         yield
+        app.state.compute.shutdown()
         engine.dispose()
 
     app = FastAPI(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from typing import Annotated
 
 from celery import Celery
@@ -19,14 +19,19 @@ def get_settings_dep(request: Request) -> Settings:
     return request.app.state.settings
 
 
-def get_session(request: Request) -> Iterator[Session]:
-    """A session closed as soon as the route has built its response (`scope="function"` below), before the
-    body is sent: a slow client or a streamed body never holds a pooled connection."""
-    session = request.app.state.session_factory()
-    try:
-        yield session
-    finally:
-        session.close()
+async def get_session(request: Request) -> AsyncIterator[Session]:
+    """A request's session, once one of `session_gate`'s slots (as many as the pool has connections) is free,
+    closed as soon as the route has built its response (`scope="function"` below), before the body is sent: a
+    slow client or a streamed body never holds a pooled connection. The wait is on the event loop, not in a
+    threadpool thread: sync endpoints waiting for a pooled connection in every thread, while finished requests
+    held the connections until a thread was free to serialise their answers, deadlocked bursts of polls for the
+    pool's 30 s timeout."""
+    async with request.app.state.session_gate:
+        session = request.app.state.session_factory()
+        try:
+            yield session
+        finally:
+            session.close()
 
 
 def get_store(request: Request) -> ArtifactStore:

@@ -9,6 +9,7 @@ from typing import Any
 
 from sqlalchemy import Engine, create_engine, event, make_url
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.pool import QueuePool
 
 
 def make_engine(url: str, **kwargs: Any) -> Engine:
@@ -30,6 +31,14 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
 
         return engine
     return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=10, **kwargs)
+
+
+def pool_capacity(engine: Engine) -> int:
+    """Connections the engine's pool can hand out at once (size + overflow of a QueuePool)."""
+    pool = engine.pool
+    if isinstance(pool, QueuePool):
+        return max(1, pool.size() + max(0, pool._max_overflow))  # noqa: SLF001 - no public accessor
+    return 16
 
 
 def make_session_factory(engine: Engine) -> sessionmaker[Session]:

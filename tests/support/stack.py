@@ -102,9 +102,21 @@ class Stack:
         subprocess.run([sys.executable, "-m", "app.cli", "db", "upgrade"], env=self.env, check=True,
                        capture_output=True)
 
-    def start_api(self) -> None:
-        self.api = self._spawn(["-m", "app.cli", "api", "--port", str(self.port)], "api.log")
+    def start_api(self, *extra_args: str) -> None:
+        self.api = self._spawn(["-m", "app.cli", "api", "--port", str(self.port), *extra_args], "api.log")
         wait_for(self._live, 30, what="the API to answer")
+
+    def stop_api(self) -> None:
+        """SIGTERM the API (all its processes), SIGKILL what is left after 20 s; start_api starts it cold."""
+        if self.api is None:
+            return
+        self.api.send_signal(signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.api.wait(timeout=20)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.api.pid, signal.SIGKILL)
+        self.api.wait(timeout=10)
+        self.api = None
 
     def _live(self) -> bool:
         try:

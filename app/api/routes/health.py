@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import os
 from datetime import timedelta
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy import func, select, text
 
@@ -17,12 +18,14 @@ router = APIRouter(prefix="/v1/health", tags=["health"])
 
 @router.get("/live", response_model=Health)
 def live() -> Health:
-    return Health(status="ok")
+    # pid: which process of `parvis api --workers N` answered.
+    return Health(status="ok", checks={"pid": os.getpid()})
 
 
 @router.get("/ready", response_model=Health, responses={503: {"model": Health}})
-def ready(session: SessionDep, settings: SettingsDep, sender: SenderDep) -> JSONResponse:
-    checks: dict[str, object] = {}
+def ready(request: Request, session: SessionDep, settings: SettingsDep, sender: SenderDep) -> JSONResponse:
+    # warm: torch and the samplers are imported (start-up warm-up); informative, readiness does not wait on it.
+    checks: dict[str, object] = {"warm": request.app.state.compute.warm.is_set()}
     try:
         session.execute(text("SELECT 1"))
         checks["database"] = "ok"

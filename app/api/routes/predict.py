@@ -15,7 +15,7 @@ from fastapi import APIRouter, Body, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy import select
 
-from app.api.deps import CurrentTenant, SessionDep, SettingsDep, StoreDep
+from app.api.deps import CurrentTenant, SettingsDep, StoreDep
 from app.api.problems import Problem
 from app.api.routes.jobs import owned_job
 from app.api.routes.samplers import owned_sampler, sampler_artifacts
@@ -117,31 +117,38 @@ def sampler_predictor(request: Request, store: Any, record: Sampler, weights: Ar
 
 
 @router.post("/v1/jobs/{job_id}/predict", **ROUTE_DOCS)
-def predict_job(job_id: str, request: Request, body: Annotated[Any, Body()], session: SessionDep,
-                tenant: CurrentTenant, settings: SettingsDep, store: StoreDep) -> Response:
+def predict_job(job_id: str, request: Request, body: Annotated[Any, Body()], tenant: CurrentTenant,
+                settings: SettingsDep, store: StoreDep) -> Response:
     """Posterior predictive of a particle job on a `bnn` or `function_posterior` target (its final particles,
     all of them unless `n` asks for the first n); a generative job answers with its sampler's predictive."""
-    job = owned_job(session, tenant, job_id)
-    parsed = parse_request(body)
-    if job.status != "succeeded":
-        raise Problem(409, "job_not_finished", f"predictions exist once the job has succeeded; it is {job.status}")
-    kind = (job.spec.get("target") or {}).get("kind")
-    if kind not in PREDICT_KINDS:
-        raise unsupported(f"a {kind} job has no predictive model; /predict serves bnn and function_posterior jobs")
-    artifact = session.execute(
-        select(Artifact).where(Artifact.job_id == job.id, Artifact.role == PREDICTOR_ROLE)
-    ).scalar_one_or_none()
+    with request.app.state.session_factory() as session:  # closed before any loading or computing
+        job = owned_job(session, tenant, job_id)
+        parsed = parse_request(body)
+        if job.status != "succeeded":
+            raise Problem(409, "job_not_finished",
+                          f"predictions exist once the job has succeeded; it is {job.status}")
+        kind = (job.spec.get("target") or {}).get("kind")
+        if kind not in PREDICT_KINDS:
+            raise unsupported(f"a {kind} job has no predictive model; /predict serves bnn and "
+                              "function_posterior jobs")
+        artifact = session.execute(
+            select(Artifact).where(Artifact.job_id == job.id, Artifact.role == PREDICTOR_ROLE)
+        ).scalar_one_or_none()
+        num_particles = int(job.spec.get("num_particles", 1))
+        record = weights = None
+        if artifact is None:
+            record = session.execute(select(Sampler).where(Sampler.job_id == job.id)).scalar_one_or_none()
+            weights = None if record is None else sampler_artifacts(session, record.id).get("weights")
     if artifact is not None:
-        check_size(parsed, parsed.n or int(job.spec.get("num_particles", 1)), settings)
+        check_size(parsed, parsed.n or num_particles, settings)
+        path, sha256 = artifact.path, artifact.sha256
 
         def load() -> Any:
             from inference_core.prediction import load_ensemble
 
-            return load_ensemble(store.get(artifact.path))
+            return load_ensemble(store.get(path))
 
-        return answer(cached_predictor(request, artifact.sha256, load), parsed)
-    record = session.execute(select(Sampler).where(Sampler.job_id == job.id)).scalar_one_or_none()
-    weights = None if record is None else sampler_artifacts(session, record.id).get("weights")
+        return answer(cached_predictor(request, sha256, load), parsed)
     if record is None or weights is None or record.config.get("model") is None:
         raise unsupported("this job stored no predictive model (a function_posterior job whose prior has no "
                           "network keeps only function values at the training inputs)")
@@ -150,17 +157,18 @@ def predict_job(job_id: str, request: Request, body: Annotated[Any, Body()], ses
 
 
 @router.post("/v1/samplers/{sampler_id}/predict", **ROUTE_DOCS)
-def predict_sampler(sampler_id: str, request: Request, body: Annotated[Any, Body()], session: SessionDep,
-                    tenant: CurrentTenant, settings: SettingsDep, store: StoreDep) -> Response:
+def predict_sampler(sampler_id: str, request: Request, body: Annotated[Any, Body()], tenant: CurrentTenant,
+                    settings: SettingsDep, store: StoreDep) -> Response:
     """Posterior predictive of a trained sampler with a predictive model (BNN hypernetwork, function-space
     sampler) from `n` seeded draws (default 100)."""
-    record = owned_sampler(session, tenant, sampler_id)
-    parsed = parse_request(body)
-    if record.config.get("model") is None:
-        raise unsupported("this sampler has no predictive model: it was not trained on a bnn or "
-                          "function_posterior target")
-    check_size(parsed, parsed.n or SAMPLER_DEFAULT_DRAWS, settings)
-    weights = sampler_artifacts(session, record.id).get("weights")
+    with request.app.state.session_factory() as session:  # closed before any loading or computing
+        record = owned_sampler(session, tenant, sampler_id)
+        parsed = parse_request(body)
+        if record.config.get("model") is None:
+            raise unsupported("this sampler has no predictive model: it was not trained on a bnn or "
+                              "function_posterior target")
+        check_size(parsed, parsed.n or SAMPLER_DEFAULT_DRAWS, settings)
+        weights = sampler_artifacts(session, record.id).get("weights")
     if weights is None:
         raise Problem(404, "not_found", "this sampler has no stored weights")
     return answer(sampler_predictor(request, store, record, weights), parsed)

@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import and_, delete, or_, select
 from sqlalchemy.orm import Session
@@ -17,6 +18,7 @@ from app.api.negotiation import array_response, choose_array_format
 from app.api.pagination import clamp_page_size, decode_token, encode_token
 from app.api.problems import Problem, not_found
 from app.api.retention import expired
+from app.api.sampling import BYTES_PER_VALUE, draw, values_per_draw
 from app.data.models import Artifact, Sampler, utcnow
 from app.data.retention import is_expired, not_expired
 from app.data.samplers import ONNX_MEDIA_TYPE, ZIP_MEDIA_TYPE
@@ -156,25 +158,58 @@ def download_sampler(sampler_id: str, session: SessionDep, tenant: CurrentTenant
 
 
 @router.post("/{sampler_id}/sample", responses={200: {"content": {"application/json": {}, "application/x-npy": {}}}})
-def sample(sampler_id: str, body: SampleRequest, request: Request, session: SessionDep, tenant: CurrentTenant,
-           settings: SettingsDep, store: StoreDep) -> Response:
-    choose_array_format(request)  # 406 before any work
+async def sample(sampler_id: str, body: SampleRequest, request: Request, tenant: CurrentTenant,
+                 settings: SettingsDep, store: StoreDep) -> Response:
+    """Checks and reads run in the request threadpool with a short-lived session (closed before any draw);
+    loading and drawing run in the bounded compute pool (app.api.sampling); `.npy` answers are streamed."""
+    answer_format = choose_array_format(request)  # 406 before any work
     if body.n > settings.max_sample_n:
         raise Problem(413, "limit_exceeded", f"n {body.n} is over the cap of {settings.max_sample_n} draws per request")
-    sampler = owned_sampler(session, tenant, sampler_id)
-    x = check_inputs(body, sampler.config, settings)
-    weights = sampler_artifacts(session, sampler.id).get("weights")
-    if weights is None:
-        raise Problem(404, "not_found", "this sampler has no stored weights")
+    x, weights_path, weights_sha = await run_in_threadpool(
+        prepare_draws, request, tenant, sampler_id, body, settings, answer_format)
 
     def load() -> Any:
         from inference_core.samplers import load as load_sampler
 
-        return load_sampler(store.get(weights.path))
+        return load_sampler(store.get(weights_path))
 
-    generator = request.app.state.sampler_cache.get(weights.sha256, load)
-    draws = generator.sample(body.n, body.seed) if x is None else generator.sample(body.n, body.seed, x)
-    return array_response(request, draws.numpy(), "samples", extra={"seed": body.seed})
+    def compute() -> Any:
+        generator = request.app.state.sampler_cache.get(weights_sha, load)
+        try:
+            return draw(generator, body.n, body.seed, x)
+        except ValueError as exc:
+            raise Problem(422, "input_invalid", str(exc)) from None
+
+    pool = request.app.state.compute
+    draws = await pool.run(compute)
+    if answer_format == "npy":
+        return array_response(request, draws, "samples", stream=True)
+    return await pool.run(array_response, request, draws, "samples", {"seed": body.seed})
+
+
+def prepare_draws(request: Request, tenant: str, sampler_id: str, body: SampleRequest, settings: Any,
+                  answer_format: str) -> tuple[list[list[float]] | None, str, str]:
+    """(x, weights path, weights sha256) for a draw, from a session closed on return; 404/413/422 first."""
+    with request.app.state.session_factory() as session:
+        sampler = owned_sampler(session, tenant, sampler_id)
+        config = sampler.config
+        weights = sampler_artifacts(session, sampler.id).get("weights")
+        weights_path, weights_sha = (weights.path, weights.sha256) if weights is not None else ("", "")
+    x = check_inputs(body, config, settings)
+    check_answer_size(body.n, values_per_draw(config, x), answer_format, settings)
+    if weights is None:
+        raise Problem(404, "not_found", "this sampler has no stored weights")
+    return x, weights_path, weights_sha
+
+
+def check_answer_size(n: int, per_draw: int, answer_format: str, settings: Any) -> None:
+    """413 limit_exceeded before any work when the answer's estimated size is over `max_sample_bytes`."""
+    estimate = n * per_draw * BYTES_PER_VALUE[answer_format]
+    if estimate > settings.max_sample_bytes:
+        hint = "; ask for fewer draws" + ("" if answer_format == "npy" else ", or Accept: application/x-npy "
+                                           "(4 bytes a value)")
+        raise Problem(413, "limit_exceeded", f"{n} draws × {per_draw} values is about {estimate} bytes as "
+                      f"{answer_format}, over the cap of {settings.max_sample_bytes} bytes per answer{hint}")
 
 
 @router.delete("/{sampler_id}", status_code=204)

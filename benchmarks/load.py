@@ -1,0 +1,284 @@
+"""The service under an open-loop load (issue 15, "Done means" 2), loopback only and bounded in time.
+
+For each deployment shape (embedded: SQLite + filesystem broker; cluster: PostgreSQL + Redis), real API and
+worker processes (tests.support.stack):
+  1. train a small GPVI sampler (2-D Gaussian);
+  2. restart the API (cold: torch not imported, no generator loaded), submit one long training job, and at
+     once drive an OPEN-LOOP load: requests are sent on a fixed schedule whatever the answers do (asyncio +
+     httpx.AsyncClient, one connection per in-flight request): `--rates` job polls/s (GET /v1/jobs/{id} of
+     the running job) and `/sample` calls/s (n = 1,000, `.npy`) for `--duration` seconds;
+  3. step-up search: the same mix scaled by 0.1 … 3×, `--step-seconds` each, up to the first step whose p99
+     is ≥ 250 ms or that has an error: the highest passing rate is reported.
+Latency is measured from each request's scheduled send time to its answer (open loop: a client that falls
+behind its schedule counts against the service, no coordinated omission). The client's own CPU use (psutil)
+and the machine's load average are recorded: on a shared 2-core machine the client competes with the API.
+
+    python benchmarks/load.py [--shapes embedded,cluster] [--duration 60] [--rates 200,25] [--step-seconds 10]
+
+Writes benchmarks/results/load.json and the section "Service under load (issue 15)" of docs/benchmarks.md
+(`--quick` writes neither; a run with other --duration/--rates is labelled as such).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks._timing import cpu_model, replace_section  # noqa: E402
+from tests.support.stack import Stack  # noqa: E402
+
+SECTION = "Service under load (issue 15)"
+RESULTS = ROOT / "benchmarks" / "results" / "load.json"
+P99_GOAL_S = 0.250
+SAMPLE_N = 1000
+REQUEST_TIMEOUT_S = 30.0
+CLIENTS = 64
+CONNECTIONS_PER_CLIENT = 16
+SEARCH_FACTORS = [0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0]
+SAMPLER_SPEC = {"method": "gpvi", "target": {"kind": "gaussian", "mean": [0.0, 0.0], "cov": [[1.0, 0.5], [0.5, 2.0]]},
+                "num_particles": 100, "steps": 300, "seed": 0}
+# Runs on the worker for the whole measurement (cancelled at the end).
+TRAINING_SPEC = {"method": "svgd", "target": {"kind": "gaussian", "mean": [0.0] * 10, "cov": np.eye(10).tolist()},
+                 "num_particles": 200, "steps": 1_000_000, "seed": 1}
+
+
+@dataclass
+class Outcome:
+    route: str
+    latency_s: float
+    status: int  # 0: no answer (timeout, connection error)
+
+
+def loadavg() -> list[float]:
+    return [round(v, 2) for v in os.getloadavg()]
+
+
+async def drive(base_url: str, rates: dict[str, float], duration: float, targets: dict[str, str]) -> dict[str, Any]:
+    """Send each route's requests at its fixed rate for `duration` s; per-route latency percentiles, errors,
+    and the CPU the client and the API used meanwhile."""
+    # Many small clients: one httpx pool with thousands of pending requests scans them on every change
+    # (quadratic), which stalled a first run of this script for minutes on the client side.
+    limits = httpx.Limits(max_connections=CONNECTIONS_PER_CLIENT, max_keepalive_connections=CONNECTIONS_PER_CLIENT)
+    outcomes: list[Outcome] = []
+    me = psutil.Process()
+    clients = [httpx.AsyncClient(base_url=base_url, timeout=REQUEST_TIMEOUT_S, limits=limits)
+               for _ in range(CLIENTS)]
+    loop = asyncio.get_running_loop()
+
+    async def one(route: str, scheduled: float, seq: int) -> None:
+        client = clients[seq % CLIENTS]
+        try:
+            if route == "poll":
+                response = await client.get(targets["poll"])
+            else:
+                response = await client.post(targets["sample"], json={"n": SAMPLE_N, "seed": seq},
+                                             headers={"Accept": "application/x-npy"})
+            status = response.status_code
+        except httpx.HTTPError:
+            status = 0
+        outcomes.append(Outcome(route, loop.time() - scheduled, status))
+
+    async def schedule(route: str, rate: float, start: float, tasks: list[asyncio.Task]) -> None:
+        for seq in range(int(rate * duration)):
+            when = start + seq / rate
+            delay = when - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(one(route, when, seq)))
+
+    cpu_before, wall_before = me.cpu_times(), time.monotonic()
+    start = loop.time() + 0.05
+    tasks: list[asyncio.Task] = []
+    try:
+        await asyncio.gather(*(schedule(route, rate, start, tasks) for route, rate in rates.items() if rate > 0))
+        # Bounded: what has no answer by then is counted as such.
+        _, pending = await asyncio.wait(tasks, timeout=REQUEST_TIMEOUT_S + 15)
+        for task in pending:
+            task.cancel()
+        unanswered = len(pending)
+    finally:
+        for client in clients:
+            await client.aclose()
+    cpu_after, wall = me.cpu_times(), time.monotonic() - wall_before
+    client_cpu = (cpu_after.user - cpu_before.user) + (cpu_after.system - cpu_before.system)
+    routes = {}
+    for route in rates:
+        mine = [o for o in outcomes if o.route == route]
+        cut = round(unanswered * rates[route] / max(1e-9, sum(rates.values())))  # split of the cut-off ones
+        latencies = np.array([o.latency_s for o in mine if o.status == 200]) if mine else np.array([])
+        errors: dict[str, int] = {}
+        for o in mine:
+            if o.status != 200:
+                errors[str(o.status or "no_answer")] = errors.get(str(o.status or "no_answer"), 0) + 1
+        if cut:
+            errors["cut_off"] = cut
+        routes[route] = {"rate_per_s": rates[route], "sent": len(mine) + cut, "ok": int(latencies.size), "errors": errors,
+                         **{f"p{q}_ms": percentile_ms(latencies, q) for q in (50, 95, 99, 100)}}
+        routes[route]["max_ms"] = routes[route].pop("p100_ms")
+    return {"routes": routes, "wall_s": round(wall, 1), "client_cpu_s": round(client_cpu, 1),
+            "client_cores": round(client_cpu / wall, 2)}
+
+
+def percentile_ms(latencies: np.ndarray, q: float) -> float | None:
+    return round(float(np.percentile(latencies, q)) * 1e3, 1) if latencies.size else None
+
+
+def passes(result: dict[str, Any]) -> bool:
+    return all(not r["errors"] and r["p99_ms"] is not None and r["p99_ms"] < P99_GOAL_S * 1e3
+               for r in result["routes"].values())
+
+
+def process_cpu(pid: int) -> float:
+    try:
+        proc = psutil.Process(pid)
+        procs = [proc, *proc.children(recursive=True)]
+        return sum(p.cpu_times().user + p.cpu_times().system for p in procs)
+    except psutil.Error:
+        return float("nan")
+
+
+def run_shape(shape: str, root: Path, rates: dict[str, float], duration: float, step_seconds: float) -> dict:
+    stack = Stack(shape, root / shape)
+    try:
+        stack.migrate()
+        stack.start_api()
+        stack.start_worker()
+        job_id = stack.submit(SAMPLER_SPEC).json()["id"]
+        job = stack.wait_status(job_id, {"succeeded", "failed"}, timeout=1800)
+        if job["status"] != "succeeded":
+            raise SystemExit(f"sampler training failed on {shape}: {job['error']}\n{stack.log_tail()}")
+        stack.stop_api()
+        stack.start_api()  # cold: returns as soon as /health/live answers
+        restarted = time.monotonic()
+        running = stack.submit(TRAINING_SPEC).json()["id"]
+        targets = {"poll": f"/v1/jobs/{running}", "sample": f"/v1/samplers/{job['sampler_id']}/sample"}
+        print(f"[{shape}] cold API up, training job {running}; open-loop load {rates} for {duration:.0f} s",
+              flush=True)
+        load_before = loadavg()
+        api_cpu_before = process_cpu(stack.api.pid) if stack.api else float("nan")
+        main = asyncio.run(drive(stack.base_url, rates, duration, targets))
+        main["api_cpu_cores"] = round((process_cpu(stack.api.pid) - api_cpu_before) / main["wall_s"], 2) \
+            if stack.api else None
+        main["loadavg_before"], main["loadavg_after"] = load_before, loadavg()
+        main["seconds_since_restart_at_end"] = round(time.monotonic() - restarted, 1)
+        main["passes"] = passes(main)
+        print(f"[{shape}] main: {json.dumps(main['routes'])} client {main['client_cores']} cores", flush=True)
+        steps = []
+        for factor in SEARCH_FACTORS:
+            step_rates = {route: rate * factor for route, rate in rates.items()}
+            result = asyncio.run(drive(stack.base_url, step_rates, step_seconds, targets))
+            result["factor"], result["loadavg_after"], result["passes"] = factor, loadavg(), passes(result)
+            steps.append(result)
+            print(f"[{shape}] step ×{factor}: passes={result['passes']} "
+                  f"{ {r: (v['p99_ms'], v['errors']) for r, v in result['routes'].items()} }", flush=True)
+            if not result["passes"]:
+                break
+        passing = [s for s in steps if s["passes"]]
+        best = max(passing, key=lambda s: s["factor"]) if passing else None
+        stack.client.post(f"/v1/jobs/{running}/cancel")
+        training = stack.job(running)
+        return {"shape": shape, "main": main, "search": steps,
+                "highest_passing": None if best is None else {
+                    "factor": best["factor"], "rates_per_s": {r: v["rate_per_s"] for r, v in best["routes"].items()}},
+                "training_job": {"status_at_end": training["status"], "step": training["progress"]["step"]}}
+    except BaseException:
+        print(stack.log_tail())
+        raise
+    finally:
+        stack.stop()
+
+
+def fmt(value: Any) -> str:
+    return "—" if value is None else f"{value:.0f}" if isinstance(value, float) and value >= 100 else str(value)
+
+
+def report(results: dict[str, Any]) -> str:
+    rates = results["rates_per_s"]
+    lines = [
+        f"Run {results['run_at']} with `python benchmarks/load.py{results['args']}`; results in "
+        "`benchmarks/results/load.json`.",
+        f"Machine: {results['machine']}. Load average (1 / 5 / 15 min) at start {results['loadavg_start']}, "
+        f"at end {results['loadavg_end']}: the client, the API, the worker (with one training job running) "
+        + ("and other work on the machine share its cores." if results["loadavg_start"][0] < 1.5 else
+           "and, at this run, other jobs on the machine share its cores (the load average above 1.5 at start "
+           "says so): read the numbers as an upper bound."),
+        "",
+        f"Open loop, started right after the API process starts (cold: torch not imported, generator not "
+        f"loaded): {rates['poll']:g} polls/s (`GET /v1/jobs/{{id}}` of the running job) + {rates['sample']:g} "
+        f"`/sample` calls/s (n = {SAMPLE_N}, 2-D GPVI sampler, `.npy`) for {results['duration_s']:g} s; "
+        "latency from each request's scheduled send time to its answer (p50 / p95 / p99 / max, ms). "
+        f"Goal: p99 < {P99_GOAL_S * 1e3:.0f} ms and no errors.",
+        "",
+        "| shape | route | sent | errors | p50 | p95 | p99 | max | goal met |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for shape in results["shapes"]:
+        for route, r in shape["main"]["routes"].items():
+            errors = ", ".join(f"{k}: {v}" for k, v in r["errors"].items()) or "0"
+            ok = not r["errors"] and r["p99_ms"] is not None and r["p99_ms"] < P99_GOAL_S * 1e3
+            lines.append(f"| {shape['shape']} | {route} | {r['sent']} | {errors} | {fmt(r['p50_ms'])} | "
+                         f"{fmt(r['p95_ms'])} | {fmt(r['p99_ms'])} | {fmt(r['max_ms'])} | {'yes' if ok else 'no'} |")
+    lines += ["", "Highest rate with p99 < 250 ms and no errors (the same mix scaled ×0.1 … ×3, "
+              f"{results['step_seconds']:g} s a step, after the main run):", ""]
+    for shape in results["shapes"]:
+        best = shape["highest_passing"]
+        tried = ", ".join(f"×{s['factor']:g}{'' if s['passes'] else ' (failed)'}" for s in shape["search"])
+        found = ("none of the steps" if best is None else
+                 f"×{best['factor']:g} = {best['rates_per_s']['poll']:g} polls/s + "
+                 f"{best['rates_per_s']['sample']:g} samples/s")
+        lines.append(f"- {shape['shape']}: {found} (steps: {tried}).")
+    lines += ["", "What the client itself costs (psutil, CPU seconds of the load generator ÷ wall seconds) and "
+              "what the API process used meanwhile:", ""]
+    for shape in results["shapes"]:
+        main = shape["main"]
+        lines.append(f"- {shape['shape']}: client {main['client_cores']} cores, API {main['api_cpu_cores']} cores "
+                     f"(of {os.cpu_count()}) during the main run.")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--shapes", default="embedded,cluster")
+    parser.add_argument("--duration", type=float, default=60.0, help="seconds of the main open-loop run")
+    parser.add_argument("--rates", default="200,25", help="polls/s,samples/s of the main run")
+    parser.add_argument("--step-seconds", type=float, default=10.0, help="seconds of each search step")
+    parser.add_argument("--quick", action="store_true", help="write neither results nor docs")
+    args = parser.parse_args()
+    poll_rate, sample_rate = (float(v) for v in args.rates.split(","))
+    rates = {"poll": poll_rate, "sample": sample_rate}
+    argv = "".join(f" {a}" for a in sys.argv[1:])
+    results: dict[str, Any] = {
+        "run_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "args": argv,
+        "machine": f"{cpu_model()}, {os.cpu_count()} logical cores, Python {platform.python_version()}",
+        "rates_per_s": rates, "duration_s": args.duration, "step_seconds": args.step_seconds,
+        "p99_goal_ms": P99_GOAL_S * 1e3, "loadavg_start": loadavg(), "shapes": []}
+    with tempfile.TemporaryDirectory(prefix="parvis-load-") as tmp:
+        for shape in args.shapes.split(","):
+            results["shapes"].append(run_shape(shape.strip(), Path(tmp), rates, args.duration, args.step_seconds))
+    results["loadavg_end"] = loadavg()
+    body = report(results)
+    print(body)
+    if not args.quick:
+        RESULTS.parent.mkdir(parents=True, exist_ok=True)
+        RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+        replace_section(ROOT / "docs" / "benchmarks.md", SECTION, body)
+
+
+if __name__ == "__main__":
+    main()
