@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
-
-from celery.exceptions import CPendingDeprecationWarning
-
 from app.data.queue import make_celery
 from app.data.settings import get_settings
 
@@ -15,9 +11,5 @@ app.conf.update(
     # Return GPU memory now and then: a fresh pool child every few jobs (prefork only).
     worker_max_tasks_per_child=20,
 )
-
-# Running tasks keep going through a broker outage on purpose (app.data.queue): Celery's nudge to cancel them
-# instead, printed at every connection loss, does not apply.
-warnings.filterwarnings("ignore", message=r"\s*In Celery 5\.1 we introduced", category=CPendingDeprecationWarning)
 
 import workers.signals  # noqa: E402,F401 - connects the worker's signal handlers

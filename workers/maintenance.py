@@ -35,8 +35,7 @@ class Maintenance(threading.Thread):
         self.sessions: sessionmaker[Session] = make_session_factory(self.engine)
         self.sender = make_celery(settings, main="parvis-maintenance")
         self.stopped = threading.Event()
-        self.broker_seen_at: datetime | None = None  # last time a probe reached the broker
-        self.broker_lost_at: datetime | None = None  # set during an outage: when the broker was last seen
+        self.broker_lost_at: datetime | None = None  # set during an outage: when this loop noticed it
 
     def run(self) -> None:
         tick = min(self.settings.heartbeat_seconds, self.settings.reaper_interval_seconds)
@@ -97,12 +96,12 @@ class Maintenance(threading.Thread):
                 logger.warning("broker unreachable (%s); queued jobs will be sent when it is back", exc)
             self._broker_lost()
             return False
-        self.broker_seen_at = utcnow()
         return True
 
     def _broker_lost(self) -> None:
+        # Anything sent before the outage was noticed may be lost with it; nothing can be sent during it.
         if self.broker_lost_at is None:
-            self.broker_lost_at = self.broker_seen_at or utcnow()
+            self.broker_lost_at = utcnow()
 
     def stop(self) -> None:
         self.stopped.set()

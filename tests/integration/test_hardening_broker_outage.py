@@ -94,9 +94,10 @@ def skipped_as_not_claimable(stack: Stack, job_id: str) -> bool:
 def test_running_job_keeps_going_through_an_outage_longer_than_the_lease(make_stack, broker) -> None:
     stack = make_stack("cluster", PARVIS_BROKER_URL=broker.url)
     stack.start_worker()
-    stack.start_worker()
     job_id = stack.submit(gaussian_spec(steps=12_000, checkpoint_every=500)).json()["id"]
     before = wait_for(lambda: (j := stack.job(job_id))["progress"]["step"] > 200 and j, 180, what="progress")
+    # Queued behind the running job: its message is in the broker, which loses it when restarted empty.
+    waiting_id = stack.submit(gaussian_spec(steps=100)).json()["id"]
 
     broker.stop()
     time.sleep(2.5 * LEASE_SECONDS)
@@ -119,6 +120,11 @@ def test_running_job_keeps_going_through_an_outage_longer_than_the_lease(make_st
     assert done["progress"]["step"] == 12_000
     wait_for(lambda: skipped_as_not_claimable(stack, job_id), 120, what="the duplicate message to be consumed")
     assert sum(len(a) for a in claims(stack, job_id).values()) == 1, "the job was claimed twice"
+
+    # The queued job lost with the broker's memory was sent again (not left to the 600 s stale sweep).
+    waiting = stack.wait_status(waiting_id, {"succeeded", "failed", "cancelled"}, timeout=180)
+    assert waiting["status"] == "succeeded" and waiting["attempt"] == 1, stack.log_tail()
+    assert sum(len(a) for a in claims(stack, waiting_id).values()) == 1
 
 
 def test_job_requeued_during_an_outage_is_sent_when_the_broker_returns(make_stack, broker) -> None:
