@@ -1,7 +1,8 @@
-"""Runs in each worker's main process: announces the worker (for readiness) and reaps expired leases.
+"""Runs in each worker's main process: announces the worker (for readiness), reaps expired leases and sends
+the run messages of queued jobs that have none (workers/dispatch.py).
 
 Several workers may reap at once: every transition is a conditional UPDATE, so each expired job is requeued
-(or failed with `worker_lost`) exactly once.
+(or failed with `worker_lost`) exactly once, and each unsent job is sent by one loop.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import os
 import socket
 import threading
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from sqlalchemy import delete
 from sqlalchemy.orm import Session, sessionmaker
@@ -19,10 +20,11 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.data import jobs as job_state
 from app.data.db import make_engine, make_session_factory
 from app.data.models import WorkerHeartbeat, utcnow
-from app.data.queue import enqueue_job, make_celery
+from app.data.queue import make_celery
 from app.data.retention import sweep_expired
 from app.data.settings import Settings
 from app.data.store import make_store
+from workers.dispatch import send_jobs, send_unsent
 
 logger = logging.getLogger("parvis.worker")
 
@@ -36,6 +38,9 @@ class Maintenance(threading.Thread):
         self.sessions: sessionmaker[Session] = make_session_factory(self.engine)
         self.sender = make_celery(settings, main="parvis-maintenance")
         self.stopped = threading.Event()
+        self.broker_lost_at: datetime | None = None  # set during an outage: when this loop noticed it
+        self.last_sweep: float | None = None  # monotonic time of the last retention sweep
+        self.store = make_store(settings.artifacts_url, settings)
 
     def run(self) -> None:
         tick = min(self.settings.heartbeat_seconds, self.settings.reaper_interval_seconds)
@@ -67,17 +72,42 @@ class Maintenance(threading.Thread):
             session.commit()
 
     def reap(self) -> None:
+        broker_up = self.probe_broker()
         with self.sessions() as session:
-            outcome = job_state.reap_expired_leases(session)
-            stale = job_state.stale_queued_jobs(session, self.settings.requeue_stale_queued_seconds)
+            outcome = job_state.reap_expired_leases(session)  # requeued jobs are unsent until sent below
+            if broker_up and self.broker_lost_at is not None:
+                resent = job_state.mark_unsent_sent_before(session, self.broker_lost_at)
+                logger.warning("broker back after an outage: %d queued job(s) sent before it are sent again", resent)
+                self.broker_lost_at = None
+            stale = job_state.stale_queued_jobs(session, self.settings.requeue_stale_queued_seconds) \
+                if broker_up else []
         for job_id in outcome.requeued:
             logger.warning("job %s: lease expired, requeued to resume from its checkpoint", job_id)
         for job_id in outcome.failed:
             logger.error("job %s: lease expired too often, failed with worker_lost", job_id)
-        for job_id in [*outcome.requeued, *stale]:
-            enqueue_job(self.sender, self.settings, job_id)
+        if not broker_up:
+            return  # unsent jobs keep enqueued_at NULL; a later pass sends them
+        if not (send_jobs(self.sessions, self.sender, self.settings, stale)
+                and send_unsent(self.sessions, self.sender, self.settings)):
+            self._broker_lost()
 
-    last_sweep: float | None = None  # monotonic time of the last retention sweep
+    def probe_broker(self) -> bool:
+        """One connection to the broker per pass: an outage seen here makes the loop resend, once the broker
+        is back, every queued job sent before it (a broker restarted without persistence lost them)."""
+        try:
+            with self.sender.connection_for_write() as connection:
+                connection.connect()
+        except Exception as exc:  # noqa: BLE001 - any failure to connect is an outage
+            if self.broker_lost_at is None:
+                logger.warning("broker unreachable (%s); queued jobs will be sent when it is back", exc)
+            self._broker_lost()
+            return False
+        return True
+
+    def _broker_lost(self) -> None:
+        # Anything sent before the outage was noticed may be lost with it; nothing can be sent during it.
+        if self.broker_lost_at is None:
+            self.broker_lost_at = utcnow()
 
     def sweep(self) -> None:
         """Delete expired jobs, samplers and data sets with their bytes (app/data/retention.py), at most every
@@ -88,7 +118,7 @@ class Maintenance(threading.Thread):
         self.last_sweep = now
         try:
             with self.sessions() as session:
-                swept = sweep_expired(session, make_store(self.settings.artifacts_url))
+                swept = sweep_expired(session, self.store)
         except Exception:  # noqa: BLE001 - retention must never stop heartbeats or reaping
             logger.warning("retention sweep failed", exc_info=True)
             return

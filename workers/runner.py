@@ -21,7 +21,6 @@ from app.data.datasets import dataset_loader
 from app.data.jobs import Lease
 from app.data.models import Artifact, Job, Sampler
 from app.data.predictors import store_predictor
-from app.data.queue import enqueue_job
 from app.data.samplers import artifact_row, store_sampler
 from app.logging_config import log_context
 from inference_core import errors
@@ -30,6 +29,7 @@ from inference_core.serialization import state_from_bytes, state_to_bytes
 from inference_core.targets import BuildContext
 from inference_core.training import RunHooks, RunResult, run
 from workers.context import WorkerContext, worker_context
+from workers.dispatch import send_unsent
 
 logger = logging.getLogger("parvis.worker")
 
@@ -119,6 +119,9 @@ class ServiceHooks(RunHooks):
         self.total_steps = int(job.spec["steps"])
         self.first_step = 0
         self.last_step = 0
+        # What earlier attempts reported: shown progress never goes back below it (docs/api.md, "progress").
+        self.reported_step = int((job.progress or {}).get("step") or 0)
+        self.resumed_from: int | None = None
 
     # -- stop flags ---------------------------------------------------------------------------------
     def should_stop(self) -> str | None:
@@ -133,16 +136,22 @@ class ServiceHooks(RunHooks):
     # -- progress and metrics -------------------------------------------------------------------------
     def on_start(self, method: Method, total_steps: int) -> None:
         self.first_step = self.last_step = method.step_count
+        if self.first_step > 0 or self.reported_step > 0:  # a re-run: from a checkpoint, or from 0 without one
+            self.resumed_from = self.first_step
 
     def _wall_time(self) -> float:
         return (job_state.utcnow() - self.job_started).total_seconds() if self.job_started else 0.0
 
     def progress(self, step: int) -> dict[str, Any]:
+        """`step` is where this attempt is, shown as no less than what an earlier attempt reported: a resumed
+        attempt re-does the steps past its checkpoint while the shown step holds, and says where it resumed."""
         total = self.total_steps
         done = step - self.first_step
         elapsed = time.monotonic() - self.attempt_started
         eta = elapsed / done * (total - step) if done > 0 else None
-        return {"step": step, "total_steps": total, "fraction": step / total if total else 1.0, "eta_s": eta}
+        shown = max(step, self.reported_step)
+        return {"step": shown, "total_steps": total, "fraction": shown / total if total else 1.0, "eta_s": eta,
+                "resumed_from_step": self.resumed_from}
 
     def on_step(self, step: int, total_steps: int, metrics: dict[str, float]) -> None:
         self.last_step = step
@@ -241,8 +250,8 @@ class JobExecution:
             hooks.save_checkpoint(result.steps_completed, result.method.state_dict())
             with self.context.sessions() as session:
                 released = job_state.release_job(session, self.lease)
-            if released:
-                enqueue_job(self.context.sender, self.context.settings, self.job.id)
+            if released:  # if the send fails, the job stays unsent and a maintenance loop sends it
+                send_unsent(self.context.sessions, self.context.sender, self.context.settings, job_ids=[self.job.id])
                 logger.info("job %s preempted at step %d and requeued", self.job.id, result.steps_completed)
         else:
             particles = result.particles.detach().cpu().numpy()

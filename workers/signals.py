@@ -11,10 +11,12 @@ import logging
 import os
 import signal
 import threading
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
 import psutil
+from celery.exceptions import CPendingDeprecationWarning
 from celery.signals import worker_process_init, worker_ready, worker_shutdown, worker_shutting_down
 
 from app.data.settings import get_settings
@@ -32,6 +34,14 @@ def _start_maintenance(sender: Any = None, **_: Any) -> None:
     _maintenance = Maintenance(get_settings(), worker_name=str(sender.hostname))
     _maintenance.start()
     logger.info("worker %s ready", sender.hostname)
+
+
+@worker_ready.connect
+def _quiet_cancel_nudge(**_: Any) -> None:
+    """Running tasks keep going through a broker outage on purpose (app.data.queue): Celery's nudge to cancel
+    them instead, logged at every connection loss, does not apply. Set after Celery's own log set-up, which
+    turns its pending-deprecation warnings to 'always'."""
+    warnings.filterwarnings("ignore", message=r"\s*In Celery 5\.1 we introduced", category=CPendingDeprecationWarning)
 
 
 @worker_process_init.connect

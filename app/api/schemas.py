@@ -13,6 +13,7 @@ class Progress(BaseModel):
     total_steps: int
     fraction: float
     eta_s: float | None = None
+    resumed_from_step: int | None = None  # set while a re-run attempt re-does steps; `step` never decreases
 
 
 class JobError(BaseModel):

@@ -177,12 +177,13 @@ def add_artifact(session: Session, artifact: Artifact) -> None:
 
 
 def release_job(session: Session, lease: Lease) -> bool:
-    """Give a running job back to the queue (worker shutting down): not a failure, so the attempt is returned."""
+    """Give a running job back to the queue (worker shutting down): not a failure, so the attempt is returned.
+    The job is left unsent (`enqueued_at` NULL) until a send succeeds (`claim_unsent_jobs`)."""
     now = utcnow()
     result = session.execute(
         _fenced(lease)
         .values(status="queued", attempt=Job.attempt - 1, lease_owner=None, lease_expires_at=None,
-                enqueued_at=now, updated_at=now)
+                enqueued_at=None, updated_at=now)
         .execution_options(synchronize_session=False)
     )
     session.commit()
@@ -221,7 +222,7 @@ def reap_expired_leases(session: Session, now: datetime | None = None) -> ReapRe
                       "error_detail": detail}
             bucket = outcome.failed
         else:
-            values = {**common, "status": "queued", "enqueued_at": now}
+            values = {**common, "status": "queued", "enqueued_at": None}  # unsent: see claim_unsent_jobs
             bucket = outcome.requeued
         if session.execute(guard.values(**values).execution_options(synchronize_session=False)).rowcount == 1:
             bucket.append(job_id)
@@ -249,3 +250,58 @@ def stale_queued_jobs(session: Session, older_than_seconds: float, now: datetime
             resent.append(job_id)
     session.commit()
     return resent
+
+
+# A queued job whose run message is not known to be on the broker has `enqueued_at` NULL ("unsent"): the
+# reaper's requeue, a preempted job's release, a send that failed, or a broker outage that may have lost the
+# queue. Worker maintenance loops send unsent jobs every pass (docs/architecture.md, "Broker outages").
+
+
+def claim_unsent_jobs(session: Session, job_ids: list[str] | None = None, limit: int = 100,
+                      now: datetime | None = None) -> list[str]:
+    """Take unsent queued jobs for sending: `enqueued_at` NULL → now, each by a conditional UPDATE, so of
+    several maintenance loops exactly one sends each. The caller sends them and hands failures back with
+    `mark_unsent`. `job_ids` restricts the claim to those jobs."""
+    now = now or utcnow()
+    query = select(Job.id).where(Job.status == "queued", Job.enqueued_at.is_(None))
+    if job_ids is not None:
+        query = query.where(Job.id.in_(job_ids))
+    ids = list(session.execute(query.order_by(Job.created_at).limit(limit)).scalars())
+    taken = []
+    for job_id in ids:
+        result = session.execute(
+            update(Job)
+            .where(Job.id == job_id, Job.status == "queued", Job.enqueued_at.is_(None))
+            .values(enqueued_at=now)
+            .execution_options(synchronize_session=False)
+        )
+        if result.rowcount == 1:
+            taken.append(job_id)
+    session.commit()
+    return taken
+
+
+def mark_unsent(session: Session, job_ids: list[str]) -> None:
+    """The sends of these still-queued jobs failed (broker unreachable): the next maintenance pass retries."""
+    if job_ids:
+        session.execute(
+            update(Job)
+            .where(Job.id.in_(job_ids), Job.status == "queued")
+            .values(enqueued_at=None)
+            .execution_options(synchronize_session=False)
+        )
+    session.commit()
+
+
+def mark_unsent_sent_before(session: Session, before: datetime) -> int:
+    """After a broker outage: messages sent before it may be gone (a broker restarted without persistence),
+    so every queued job last sent before `before` is sent again. A message that did survive becomes a
+    duplicate, which is harmless: `claim_job` lets one claim through."""
+    result = session.execute(
+        update(Job)
+        .where(Job.status == "queued", Job.enqueued_at.is_not(None), Job.enqueued_at < before)
+        .values(enqueued_at=None)
+        .execution_options(synchronize_session=False)
+    )
+    session.commit()
+    return int(result.rowcount or 0)

@@ -28,7 +28,10 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "task_default_queue": settings.queue,
         "task_routes": {RUN_JOB_TASK: {"queue": settings.queue}},
         "broker_connection_retry_on_startup": True,
-        "worker_cancel_long_running_tasks_on_connection_loss": True,
+        # Broker outage (docs/architecture.md, "Broker outages"): the running job keeps going under its DB lease
+        # and the worker reconnects for as long as it takes; a redelivered message is a no-op (claim_job).
+        "worker_cancel_long_running_tasks_on_connection_loss": False,
+        "broker_connection_max_retries": None,
         "worker_hijack_root_logger": False,
         "broker_transport_options": {"visibility_timeout": settings.visibility_timeout_seconds},
     }

@@ -52,7 +52,8 @@ def test_svgd_fits_a_correlated_gaussian(stack: Stack) -> None:
     job = stack.job(job_id)
     assert job["status"] == "succeeded", (job, stack.log_tail())
     assert "running" in seen
-    assert job["progress"] == {"step": 1500, "total_steps": 1500, "fraction": 1.0, "eta_s": 0.0}
+    assert job["progress"] == {"step": 1500, "total_steps": 1500, "fraction": 1.0, "eta_s": 0.0,
+                               "resumed_from_step": None}
     assert job["started_at"] and job["finished_at"]
     assert steps_seen == sorted(steps_seen), "progress went backwards"
     assert len(set(steps_seen)) >= 2, "progress did not visibly advance while running"

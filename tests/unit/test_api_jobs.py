@@ -108,7 +108,7 @@ def test_job_shape_and_queued_lifecycle(client: TestClient) -> None:
     job = client.post("/v1/jobs", json={**GOOD, "name": "my run"}).json()
     assert job["id"].startswith("job_") and len(job["id"]) == 36
     assert job["status"] == "queued" and job["name"] == "my run" and job["sampler_id"] is None
-    assert job["progress"] == {"step": 0, "total_steps": 10, "fraction": 0.0, "eta_s": None}
+    assert job["progress"] == {"step": 0, "total_steps": 10, "fraction": 0.0, "eta_s": None, "resumed_from_step": None}
     assert job["spec"]["options"]["optimizer"]["lr"] == 0.05  # defaults filled in
     assert_problem(client.get(f"/v1/jobs/{job['id']}/particles"), 409, "job_not_finished")
     assert_problem(client.delete(f"/v1/jobs/{job['id']}"), 409, "job_not_finished")
