@@ -10,13 +10,14 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from app.api.access_log import AccessLogMiddleware
+from app.api.access_log import log_access
 from app.api.docs import install_offline_docs
 from app.api.middleware import (
     AuthMiddleware,
     BodyLimitMiddleware,
     BodyReadTimeoutMiddleware,
     RequestIdMiddleware,
+    RequestObserverMiddleware,
 )
 from app.api.observability import install_metrics
 from app.api.openapi import add_problem_responses
@@ -73,7 +74,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(AuthMiddleware, enabled=settings.auth_enabled)  # outside the body limits: 401 first
     app.add_middleware(RequestIdMiddleware)
     if settings.log_format == "json":
-        app.add_middleware(AccessLogMiddleware)  # outermost: times the whole request, 413s included
+        app.add_middleware(RequestObserverMiddleware, observe=log_access)  # outermost: times the whole request, 413s included
     install_metrics(app, settings)  # Prometheus GET /metrics and the per-route latency middleware
     for module in (health, catalog, targets, jobs, events, datasets, samplers, predict):
         app.include_router(module.router)

@@ -7,35 +7,16 @@ logs). Installed when `log_format` is "json"; in text mode uvicorn's access log 
 from __future__ import annotations
 
 import logging
-import time
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Scope
 
 logger = logging.getLogger("parvis.access")
 
 
-class AccessLogMiddleware:
-    def __init__(self, app: ASGIApp):
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = time.perf_counter()
-        status = 500  # what the client gets if the app raises before it answers
-
-        async def send_and_note(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = int(message["status"])
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_and_note)
-        finally:
-            duration_ms = round((time.perf_counter() - started) * 1000, 2)
-            method, path = scope["method"], scope["path"]
-            logger.info("%s %s %d %.1f ms", method, path, status, duration_ms,
-                        extra={"method": method, "path": path, "status": status, "duration_ms": duration_ms,
-                               "request_id": scope.get("state", {}).get("request_id")})
+def log_access(scope: Scope, status: int, seconds: float) -> None:
+    """One line per request (installed with RequestObserverMiddleware)."""
+    duration_ms = round(seconds * 1000, 2)
+    method, path = scope["method"], scope["path"]
+    logger.info("%s %s %d %.1f ms", method, path, status, duration_ms,
+                extra={"method": method, "path": path, "status": status, "duration_ms": duration_ms,
+                       "request_id": scope.get("state", {}).get("request_id")})

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import time
 import uuid
 from collections.abc import Callable
 from http import HTTPStatus
@@ -30,6 +31,43 @@ PUBLIC_PREFIXES = ("/v1/health/", "/v1/openapi.json", "/v1/docs", "/metrics")
 `/metrics`, which has its own optional token)."""
 
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._\-]{1,64}$")
+
+
+class ResponseStart:
+    """`send`, noting whether the response has started and with which status (500 until then: what the client
+    gets if the app raises before answering). Shared by the middleware that must not answer twice or that
+    records the status."""
+
+    def __init__(self, send: Send):
+        self._send = send
+        self.started = False
+        self.status = 500
+
+    async def __call__(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.started = True
+            self.status = int(message["status"])
+        await self._send(message)
+
+
+class RequestObserverMiddleware:
+    """Calls `observe(scope, status, seconds)` once every HTTP request has ended, however it ended (the access
+    log, the latency histogram)."""
+
+    def __init__(self, app: ASGIApp, observe: Callable[[Scope, int, float], None]):
+        self.app = app
+        self.observe = observe
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        response = ResponseStart(send)
+        try:
+            await self.app(scope, receive, response)
+        finally:
+            self.observe(scope, response.status, time.perf_counter() - started)
 
 
 class RequestIdMiddleware:
@@ -77,7 +115,6 @@ class BodyLimitMiddleware:
             await self._reject(scope, send, limit)
             return
         received = 0
-        response_started = False
 
         async def limited_receive() -> Message:
             nonlocal received
@@ -88,16 +125,11 @@ class BodyLimitMiddleware:
                     raise _BodyTooLarge(413, f"request body is over the limit of {limit} bytes")
             return message
 
-        async def tracking_send(message: Message) -> None:
-            nonlocal response_started
-            if message["type"] == "http.response.start":
-                response_started = True
-            await send(message)
-
+        response = ResponseStart(send)
         try:
-            await self.app(scope, limited_receive, tracking_send)
+            await self.app(scope, limited_receive, response)
         except _BodyTooLarge:
-            if not response_started:
+            if not response.started:
                 await self._reject(scope, send, limit)
 
     @staticmethod
@@ -181,7 +213,6 @@ class BodyReadTimeoutMiddleware:
         timeout = self.timeout_for()
         deadline: float | None = None
         body_complete = False
-        response_started = False
 
         async def timed_receive() -> Message:
             nonlocal deadline, body_complete
@@ -199,14 +230,9 @@ class BodyReadTimeoutMiddleware:
                 body_complete = True
             return message
 
-        async def tracking_send(message: Message) -> None:
-            nonlocal response_started
-            if message["type"] == "http.response.start":
-                response_started = True
-            await send(message)
-
+        response = ResponseStart(send)
         try:
-            await self.app(scope, timed_receive, tracking_send)
+            await self.app(scope, timed_receive, response)
         except _BodyReadTimeout as exc:
-            if not response_started:
+            if not response.started:
                 await send_problem(scope, send, 408, "request_timeout", str(exc.detail))

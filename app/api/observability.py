@@ -1,7 +1,7 @@
 """Prometheus `GET /metrics` (text exposition format): aggregates only, never a tenant, job or key id.
 
 Two sources:
-- HTTP latency per route template, observed in this process by `RequestMetricsMiddleware`
+- HTTP latency per route template, observed in this process by `RequestObserverMiddleware`
   (`parvis_http_request_duration_seconds{route,method,status}`, which covers `/sample`).
 - Job gauges read from the database at scrape time (cached `metrics_cache_seconds`, one reader at a time):
   jobs by state, queue depth, a gauge histogram of the run time of jobs finished in the last
@@ -31,8 +31,9 @@ from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Scope
 
+from app.api.middleware import RequestObserverMiddleware
 from app.api.problems import Problem
 from app.data.models import JOB_STATUSES, Job, utcnow
 from app.data.settings import Settings
@@ -60,33 +61,11 @@ class HttpMetrics:
     def observe(self, route: str, method: str, status: int, seconds: float) -> None:
         self.latency.labels(route, method if method in KNOWN_METHODS else "other", str(status)).observe(seconds)
 
-
-class RequestMetricsMiddleware:
-    """Times every HTTP request; the label is the matched route's template (`/v1/jobs/{job_id}`), never the
-    raw path, so ids cannot blow up the number of series (`unmatched` for paths no route knows)."""
-
-    def __init__(self, app: ASGIApp, metrics: HttpMetrics):
-        self.app = app
-        self.metrics = metrics
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = time.perf_counter()
-        status = 500  # what the client gets if the app raises before answering
-
-        async def send_with_status(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_with_status)
-        finally:
-            route = getattr(scope.get("route"), "path", None) or "unmatched"
-            self.metrics.observe(route, scope["method"], status, time.perf_counter() - started)
+    def observe_request(self, scope: Scope, status: int, seconds: float) -> None:
+        """For RequestObserverMiddleware. The label is the matched route's template (`/v1/jobs/{job_id}`),
+        never the raw path, so ids cannot blow up the number of series (`unmatched` for unknown paths)."""
+        route = getattr(scope.get("route"), "path", None) or "unmatched"
+        self.observe(route, scope["method"], status, seconds)
 
 
 @dataclass
@@ -201,7 +180,7 @@ def install_metrics(app: FastAPI, settings: Settings) -> None:
     """Add the latency middleware (outermost among those added so far) and the `/metrics` route."""
     metrics = PrometheusMetrics(app, settings)
     app.state.prometheus = metrics
-    app.add_middleware(RequestMetricsMiddleware, metrics=metrics.http)
+    app.add_middleware(RequestObserverMiddleware, observe=metrics.http.observe_request)
     app.include_router(router)
 
 

@@ -238,18 +238,24 @@ def stale_queued_jobs(session: Session, older_than_seconds: float, now: datetime
     ids = list(
         session.execute(select(Job.id).where(Job.status == "queued", Job.enqueued_at < cutoff)).scalars()
     )
-    resent = []
+    return _take_for_sending(session, ids, Job.enqueued_at < cutoff, now)
+
+
+def _take_for_sending(session: Session, ids: list[str], still: Any, now: datetime) -> list[str]:
+    """Set `enqueued_at = now` on each queued job of `ids` for which `still` holds, one conditional UPDATE
+    each, so of several concurrent maintenance loops exactly one takes (and sends) each job."""
+    taken = []
     for job_id in ids:
         result = session.execute(
             update(Job)
-            .where(Job.id == job_id, Job.status == "queued", Job.enqueued_at < cutoff)
+            .where(Job.id == job_id, Job.status == "queued", still)
             .values(enqueued_at=now)
             .execution_options(synchronize_session=False)
         )
         if result.rowcount == 1:
-            resent.append(job_id)
+            taken.append(job_id)
     session.commit()
-    return resent
+    return taken
 
 
 # A queued job whose run message is not known to be on the broker has `enqueued_at` NULL ("unsent"): the
@@ -267,18 +273,7 @@ def claim_unsent_jobs(session: Session, job_ids: list[str] | None = None, limit:
     if job_ids is not None:
         query = query.where(Job.id.in_(job_ids))
     ids = list(session.execute(query.order_by(Job.created_at).limit(limit)).scalars())
-    taken = []
-    for job_id in ids:
-        result = session.execute(
-            update(Job)
-            .where(Job.id == job_id, Job.status == "queued", Job.enqueued_at.is_(None))
-            .values(enqueued_at=now)
-            .execution_options(synchronize_session=False)
-        )
-        if result.rowcount == 1:
-            taken.append(job_id)
-    session.commit()
-    return taken
+    return _take_for_sending(session, ids, Job.enqueued_at.is_(None), now)
 
 
 def mark_unsent(session: Session, job_ids: list[str]) -> None:
