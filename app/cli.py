@@ -18,6 +18,10 @@ from pathlib import Path
 from app.logging_config import configure_logging, logging_dict_config
 
 LOOPBACK_NAMES = {"localhost"}
+# Idle keep-alive connections are closed after this many seconds. With uvicorn's 5 s default, a client or load
+# balancer that reuses a connection after about 5 idle seconds can send into a closing socket and see a
+# transport error; keep it above common balancer idle timeouts (60 s).
+KEEP_ALIVE_SECONDS = 75
 logger = logging.getLogger("parvis")
 
 
@@ -122,7 +126,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     print(f"  authentication: {auth}", flush=True)
     print(f"  data directory: {settings.data_dir}", flush=True)
     server = server_class(uvicorn.Config(create_app(settings), host=args.host, port=args.port,
-                                         log_level="info", access_log=False,
+                                         log_level="info", access_log=False, timeout_keep_alive=KEEP_ALIVE_SECONDS,
                                          log_config=logging_dict_config(settings.log_format)))
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, server.handle_exit)
@@ -146,12 +150,13 @@ def cmd_api(args: argparse.Namespace) -> int:
         # Several processes on one socket, each building its app from the environment (PARVIS_DATA_DIR was
         # set by _settings). They share nothing in memory: the database, broker and store hold all state.
         uvicorn.run("app.main:create_app", factory=True, workers=args.workers, host=args.host, port=args.port,
-                    log_level="info", access_log=False)
+                    log_level="info", access_log=False, timeout_keep_alive=KEEP_ALIVE_SECONDS,
+                    log_config=logging_dict_config(settings.log_format))
         return 0
     from app.main import create_app
 
     uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level="info", access_log=False,
-                log_config=logging_dict_config(settings.log_format))
+                timeout_keep_alive=KEEP_ALIVE_SECONDS, log_config=logging_dict_config(settings.log_format))
     return 0
 
 

@@ -17,7 +17,8 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
         database = make_url(url).database
         if database and database != ":memory:":
             Path(database).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30}, **kwargs)
+        pooling = {"pool_size": 15, "max_overflow": 10} if database and database != ":memory:" else {}
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30}, **pooling, **kwargs)
 
         @event.listens_for(engine, "connect")
         def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
@@ -34,10 +35,13 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
 
 
 def pool_capacity(engine: Engine) -> int:
-    """Connections the engine's pool can hand out at once (size + overflow of a QueuePool)."""
+    """Connections the engine's pool keeps open (a QueuePool's size). Request sessions are gated to this many:
+    an overflow connection is opened for one use and closed after it, which under load costs a PostgreSQL
+    backend start per request; the overflow is left to the short un-gated sessions (key lookups, stream
+    snapshots)."""
     pool = engine.pool
     if isinstance(pool, QueuePool):
-        return max(1, pool.size() + max(0, pool._max_overflow))  # noqa: SLF001 - no public accessor
+        return max(1, pool.size())
     return 16
 
 
