@@ -74,10 +74,18 @@ def values_per_draw(config: dict[str, Any], x: list[list[float]] | None) -> int:
     return int(generator.get("output_dim", config.get("target", {}).get("dim", 0)) or 0)
 
 
-def draw(generator: Any, n: int, seed: int, x: list[list[float]] | None) -> np.ndarray:
+def one_intra_op_thread() -> None:
+    """One torch intra-op thread for the calling thread (per thread under OpenMP, so every thread that computes
+    calls this first): parallelism comes from concurrent requests, and an answer must not depend on how many
+    threads happened to split its matmuls (float32 rounding differs, and /sample and /predict are seeded and
+    bit-identical)."""
     import torch
 
-    if torch.get_num_threads() != 1:  # per thread under OpenMP: each compute thread sets its own
+    if torch.get_num_threads() != 1:
         torch.set_num_threads(1)
+
+
+def draw(generator: Any, n: int, seed: int, x: list[list[float]] | None) -> np.ndarray:
+    one_intra_op_thread()
     values = generator.sample(n, seed) if x is None else generator.sample(n, seed, x)
     return values.numpy()

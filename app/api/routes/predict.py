@@ -19,6 +19,7 @@ from app.api.deps import CurrentTenant, SettingsDep, StoreDep
 from app.api.problems import Problem
 from app.api.routes.jobs import owned_job
 from app.api.routes.samplers import owned_sampler, sampler_artifacts
+from app.api.sampling import one_intra_op_thread
 from app.data.models import Artifact, Sampler
 from app.data.predictors import PREDICTOR_ROLE
 from app.data.settings import Settings
@@ -91,6 +92,7 @@ def unsupported(detail: str) -> Problem:
 def answer(predictor: Any, request: PredictRequest) -> Response:
     from inference_core.prediction import PredictionUnsupported
 
+    one_intra_op_thread()
     try:
         result = predictor.predict(request.x, n=request.n, seed=request.seed, quantiles=request.quantiles)
     except PredictionUnsupported as exc:
