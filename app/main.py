@@ -23,6 +23,7 @@ from app.api.observability import install_metrics
 from app.api.openapi import add_problem_responses
 from app.api.problems import install_problem_handlers
 from app.api.routes import catalog, datasets, events, health, jobs, predict, samplers, targets
+from app.api.routes.events import StreamSlots
 from app.api.sampler_cache import SamplerCache
 from app.api.sampling import ComputePool, default_concurrency
 from app.data.db import make_engine, make_session_factory, pool_capacity
@@ -48,6 +49,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.store = make_store(settings.artifacts_url, settings)
         app.state.celery = make_celery(settings, main="parvis-api")
         app.state.sampler_cache = SamplerCache(settings.sampler_cache_size)
+        app.state.stream_slots = StreamSlots()  # routes/events.py: open streams per tenant
         # Torch and the samplers are imported in the background: /health/live answers at once, /health/ready
         # says `warm` once the first /sample no longer pays for the import.
         app.state.compute = ComputePool(settings.sample_concurrency or default_concurrency())

@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any
 
-from fastapi import APIRouter, FastAPI, Query, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.types import Receive, Scope, Send
@@ -64,17 +64,6 @@ class StreamSlots:
             return self._open[tenant]
 
 
-_SLOTS_INIT = threading.Lock()
-
-
-def stream_slots(app: FastAPI) -> StreamSlots:
-    with _SLOTS_INIT:
-        slots = getattr(app.state, "stream_slots", None)
-        if slots is None:
-            slots = app.state.stream_slots = StreamSlots()
-        return slots
-
-
 class SlotStreamingResponse(StreamingResponse):
     """Gives its stream slot back however the response ends: terminal event, client gone, or error."""
 
@@ -102,7 +91,7 @@ def job_events(
     factory = request.app.state.session_factory
     with factory() as session:  # closed before the stream starts
         owned_job(session, tenant, job_id)  # 404 before the stream starts
-    release = stream_slots(request.app).acquire(tenant, settings.max_streams_per_tenant)
+    release = request.app.state.stream_slots.acquire(tenant, settings.max_streams_per_tenant)
 
     def snapshot() -> dict | None:
         """The job as the client sees it, or None while the database is unreachable (the stream waits)."""
