@@ -118,6 +118,7 @@ def test_limits_and_problem_codes(stack: Stack, acme: dict[str, str]) -> None:
     problem(density(stack, acme, job_id, grid=1), 422, "limit_exceeded")
     problem(density(stack, acme, job_id, x_min=2, x_max=2), 422, "bounds_invalid")
     problem(density(stack, acme, job_id, y_min=3, y_max=-3), 422, "bounds_invalid")
+    problem(density(stack, acme, job_id, x_min=-1e308, x_max=1e308), 422, "bounds_invalid")  # width overflows
     for bad in ("nan", "inf", "-inf"):
         assert density(stack, acme, job_id, x_min=bad).status_code == 422
     missing = stack.client.get(f"/v1/jobs/{job_id}/density", params={"x_min": 0, "x_max": 1}, headers=acme)

@@ -58,9 +58,9 @@ async def job_density(
         raise Problem(422, "limit_exceeded", f"grid must be between {MIN_GRID} and {settings.max_density_grid} "
                       f"points per axis, got {grid}")
     for low, high, axis in ((x_min, x_max, "x"), (y_min, y_max, "y")):
-        if not (math.isfinite(low) and math.isfinite(high) and low < high):
+        if not (math.isfinite(low) and math.isfinite(high) and low < high and math.isfinite(high - low)):
             raise Problem(422, "bounds_invalid", f"{axis}_min and {axis}_max must be finite with {axis}_min < "
-                          f"{axis}_max; got {low} and {high}")
+                          f"{axis}_max (and a finite width); got {low} and {high}")
     target_spec = await run_in_threadpool(_target_spec, request, tenant, job_id)
     loader = dataset_loader(request.app.state.session_factory, store, tenant)
     return await request.app.state.compute.run(

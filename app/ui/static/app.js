@@ -5,7 +5,9 @@ import { bandPlot, densityPlot, lineChart } from "./plots.js";
 
 const view = document.getElementById("view");
 const TERMINAL = new Set(["succeeded", "failed", "cancelled"]);
-const CURVES = /loss|ksd|bandwidth|^kl$|elbo/;  // the metrics drawn as curves, in this order of preference
+// The metrics drawn as curves, in this order: the loss (generative and FVI methods), the KSD and MMD to the
+// target (the job's `eval`), the kernel bandwidth; other metrics only when none of these is there.
+const CURVES = [/loss$|^kl$|elbo/, /^ksd/, /^mmd2/, /^bandwidth$/];
 const MAX_CURVES = 6;
 const DENSITY_GRID = 96;
 const BAND_POINTS = 200;
@@ -151,7 +153,8 @@ class Curves {
   names() {
     const seen = new Set();
     for (const row of this.rows) for (const [k, v] of Object.entries(row)) if (typeof v === "number") seen.add(k);
-    const wanted = [...seen].filter((k) => CURVES.test(k)).sort();
+    const rank = (name) => CURVES.findIndex((pattern) => pattern.test(name));
+    const wanted = [...seen].filter((k) => rank(k) >= 0).sort((a, b) => rank(a) - rank(b) || a.localeCompare(b));
     return (wanted.length ? wanted : [...seen].sort()).slice(0, MAX_CURVES);
   }
 
@@ -260,7 +263,7 @@ function addActions(job, el, redraw) {
         act("Draw samples", async () => {
           const body = { n: Number(n.value), seed: Number(seed.value) };
           const answer = await getJson(`v1/samplers/${job.sampler_id}/sample`, { method: "POST", body });
-          if (redraw && answer.shape[1] === 2) redraw(answer.samples, `${answer.shape[0]} draws (seed ${answer.seed})`);
+          if (redraw && answer.shape[1] === 2) await redraw(answer.samples, `${answer.shape[0]} draws (seed ${answer.seed})`);
           const blob = new Blob([JSON.stringify(answer)], { type: "application/json" });
           note.replaceChildren(`${answer.shape[0]} draws of dimension ${answer.shape[1]} `,
             h("a", { href: URL.createObjectURL(blob), download: `${job.sampler_id}-seed${answer.seed}.json` }, "save as JSON"));
@@ -276,16 +279,21 @@ function paddedRange(values, margin = 0.15) {
   return [lo - pad, hi + pad];
 }
 
-async function showDensity(job, el, draws, signal) {
+async function densityGrid(job, draws, signal) {
+  // The grid covers the draws with a margin: where the posterior is, as far as these draws tell.
   const [xMin, xMax] = paddedRange(draws.map((p) => p[0]));
   const [yMin, yMax] = paddedRange(draws.map((p) => p[1]));
   const query = new URLSearchParams({ x_min: xMin, x_max: xMax, y_min: yMin, y_max: yMax, grid: DENSITY_GRID });
-  const grid = await getJson(`v1/jobs/${job.id}/density?${query}`, { signal });
+  return getJson(`v1/jobs/${job.id}/density?${query}`, { signal });
+}
+
+async function showDensity(job, el, draws, signal) {
   const box = h("div", { class: "chart", "data-role": "density" });
   el.append(box);
   const label = job.sampler_id ? "generator draws (last training batch)" : "particles";
-  let chart = densityPlot(box, grid, draws, `${draws.length} ${label}`);
-  return (fresh, freshLabel) => {
+  let chart = densityPlot(box, await densityGrid(job, draws, signal), draws, `${draws.length} ${label}`);
+  return async (fresh, freshLabel) => {
+    const grid = await densityGrid(job, fresh, signal);
     chart.destroy();
     chart = densityPlot(box, grid, fresh, freshLabel);
   };

@@ -4,6 +4,9 @@ const BLUES = [[255, 255, 255], [222, 235, 247], [158, 202, 225], [66, 146, 198]
 
 const width = (el) => Math.max(280, el.clientWidth || 600);
 
+// Four significant digits: uPlot's default labels round small ranges (a KSD near −0.02) to equal numbers.
+const tickLabels = (u, splits) => splits.map((v) => (v === null ? "" : String(Number(v.toPrecision(4)))));
+
 function watchWidth(chart, el) {
   new ResizeObserver(() => chart.setSize({ width: width(el), height: chart.height })).observe(el);
 }
@@ -13,7 +16,7 @@ export function lineChart(el, label, steps, values, color = "#1c7ed6") {
   const opts = {
     width: width(el), height: HEIGHT, title: label,
     scales: { x: { time: false } },
-    axes: [{ label: "step" }, {}],
+    axes: [{ label: "step" }, { values: tickLabels, size: 60 }],
     series: [{ label: "step" }, { label, stroke: color, width: 1.5, spanGaps: true, points: { show: false } }],
   };
   const chart = new uPlot(opts, [steps, values], el);
