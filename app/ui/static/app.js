@@ -143,8 +143,7 @@ class Curves {
         this.steps.push(point.step);
         this.rows.push(point.values);
       }
-      if (trace.points.length) this.last = trace.points.at(-1).step;
-      else if (this.last === null) this.last = -1;
+      if (trace.points.length) this.last = trace.points.at(-1).step;  // none yet: ask the same again
       if (trace.next_since_step === null || trace.next_since_step === undefined) break;
     }
     this.draw();
