@@ -154,6 +154,8 @@ def test_the_ui_is_served_from_the_package_without_a_key(stack: Stack) -> None:
     for asset in [*assets, "static/api.js", "static/plots.js"]:
         response = stack.client.get(f"/ui/{asset}")
         assert response.status_code == 200, asset
+        if asset.endswith(".js"):  # browsers run module scripts only with a JavaScript media type
+            assert response.headers["content-type"].split(";")[0] in ("text/javascript", "application/javascript")
         sources.append(response.text)
     ours = "\n".join(sources[:1] + [s for a, s in zip([*assets, "static/api.js", "static/plots.js"], sources[1:],
                                                         strict=True) if "vendor" not in a])

@@ -93,7 +93,8 @@ async function showJobs(signal) {
     h("p", { class: "muted", "data-role": "empty", hidden: true }, "No jobs yet: submit one with POST /v1/jobs or the CLI."),
     more));
   let pages = 1;
-  more.addEventListener("click", () => { pages += 1; });
+  let wake = () => {};
+  more.addEventListener("click", () => { pages += 1; wake(); });
   while (!signal.aborted) {
     // The first `pages` pages, refreshed every 2 s (the browser revalidates with the ETag: 304 when unchanged).
     const jobs = [];
@@ -107,7 +108,7 @@ async function showJobs(signal) {
     body.replaceChildren(...jobs.map(jobRow));
     view.querySelector("[data-role=empty]").hidden = jobs.length > 0;
     more.hidden = !token;
-    await sleep(2000, signal);
+    await new Promise((resolve) => { wake = resolve; sleep(2000, signal).then(resolve); });
   }
 }
 
