@@ -92,6 +92,23 @@ def test_the_grid_holds_the_targets_log_density(stack: Stack, acme: dict[str, st
         assert body["job_id"] == job_id
 
 
+def test_a_target_whose_dimension_comes_from_an_uploaded_data_set(stack: Stack, acme: dict[str, str]) -> None:
+    """Logistic regression on one feature plus a bias: 2-D once the data set is read (the spec alone does not
+    say), so the route builds it through the tenant's data-set loader."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=30)
+    t = (rng.uniform(size=30) < 1 / (1 + np.exp(-(1.5 * x - 0.5)))).astype(float)
+    upload = stack.client.post("/v1/datasets", json={"X": x[:, None].tolist(), "y": t.tolist()}, headers=acme)
+    assert upload.status_code == 201, upload.text
+    target = {"kind": "bayesian_logistic_regression", "dataset": upload.json()["id"], "prior_std": 2.0}
+    body = density(stack, acme, submit(stack, acme, target), grid=21).json()
+    w, b = np.meshgrid(body["x"], body["y"])  # the feature's weight, then the bias (the last column)
+    z = w[..., None] * x + b[..., None]
+    log_prior = -0.5 * (w**2 + b**2) / 4.0 - 2 * (math.log(2.0) + 0.5 * math.log(2 * math.pi))
+    want = (t * z - np.logaddexp(0.0, z)).sum(-1) + log_prior
+    np.testing.assert_allclose(np.array(body["log_prob"], dtype=np.float64), want, rtol=1e-12, atol=1e-10)
+
+
 def test_non_finite_log_densities_come_back_as_null(stack: Stack, acme: dict[str, str]) -> None:
     # log(1 − |x|²): finite inside the unit disc, NaN (log of a negative number) outside it.
     job_id = submit(stack, acme, {"kind": "expression", "dim": 2, "log_prob": "log(1 - sum(square(x)))"})

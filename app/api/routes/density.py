@@ -18,8 +18,10 @@ from pydantic import BaseModel, Field
 from app.api.deps import CurrentTenant, SettingsDep, StoreDep
 from app.api.problems import Problem
 from app.api.routes.jobs import owned_job
+from app.api.routes.targets import json_floats, no_pointwise_density
 from app.api.sampling import one_intra_op_thread
 from app.data.datasets import dataset_loader
+from inference_core.catalog import TARGET_KINDS
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
@@ -68,9 +70,19 @@ async def job_density(
 
 
 def _target_spec(request: Request, tenant: str, job_id: str) -> dict[str, Any]:
-    """The job's target spec (404/410 first), from a session closed before any computing."""
+    """The job's target spec (404/410 first), from a session closed before any computing; a dimension the spec
+    itself gives is checked here, before any data set is loaded or anything is built."""
     with request.app.state.session_factory() as session:
-        return dict(owned_job(session, tenant, job_id).spec["target"])
+        spec = dict(owned_job(session, tenant, job_id).spec["target"])
+    dim = getattr(TARGET_KINDS[spec["kind"]].schema.model_validate(spec), "dim", None)
+    if isinstance(dim, int) and dim != 2:
+        raise _not_2d(spec, dim)
+    return spec
+
+
+def _not_2d(target_spec: dict[str, Any], dim: int) -> Problem:
+    return Problem(422, "density_unsupported", f"the density grid is drawn for 2-D targets; this job's "
+                   f"{target_spec.get('kind')} target has dimension {dim}")
 
 
 def _evaluate_grid(job_id: str, target_spec: dict[str, Any], loader: Any,
@@ -81,9 +93,8 @@ def _evaluate_grid(job_id: str, target_spec: dict[str, Any], loader: Any,
 
     one_intra_op_thread()
     target = build_target(target_spec, BuildContext(dtype=torch.float64, load_dataset=loader))
-    if target.dim != 2:
-        raise Problem(422, "density_unsupported", f"the density grid is drawn for 2-D targets; this job's "
-                      f"{target_spec.get('kind')} target has dimension {target.dim}")
+    if target.dim != 2:  # a dimension that comes from an uploaded data set's shape
+        raise _not_2d(target_spec, target.dim)
     x_min, x_max, y_min, y_max = bounds
     xs = torch.linspace(x_min, x_max, grid, dtype=torch.float64)
     ys = torch.linspace(y_min, y_max, grid, dtype=torch.float64)
@@ -93,8 +104,8 @@ def _evaluate_grid(job_id: str, target_spec: dict[str, Any], loader: Any,
         with torch.no_grad():
             values = target.log_prob(points).reshape(grid, grid)
     except NotImplementedError as exc:
-        raise Problem(422, "target_unsupported", f"this target has no pointwise log-density: {exc}") from None
+        raise no_pointwise_density(exc) from None
     finite = torch.isfinite(values)
     peak = float(values[finite].max()) if bool(finite.any()) else None
-    rows = [[v if math.isfinite(v) else None for v in row] for row in values.tolist()]
-    return DensityGrid(job_id=job_id, x=xs.tolist(), y=ys.tolist(), log_prob=rows, max_log_prob=peak)
+    return DensityGrid(job_id=job_id, x=xs.tolist(), y=ys.tolist(), log_prob=json_floats(values.tolist()),
+                       max_log_prob=peak)
