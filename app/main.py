@@ -22,7 +22,7 @@ from app.api.middleware import (
 from app.api.observability import install_metrics
 from app.api.openapi import add_problem_responses
 from app.api.problems import install_problem_handlers
-from app.api.routes import catalog, datasets, events, health, jobs, predict, samplers, targets
+from app.api.routes import catalog, datasets, density, events, health, jobs, predict, samplers, targets
 from app.api.routes.events import StreamSlots
 from app.api.sampler_cache import SamplerCache
 from app.api.sampling import ComputePool, default_concurrency
@@ -30,6 +30,7 @@ from app.data.db import make_engine, make_session_factory, pool_capacity
 from app.data.queue import make_celery
 from app.data.settings import Settings, get_settings
 from app.data.store import make_store
+from app.ui.dashboard import install_dashboard
 from inference_core import __version__
 from inference_core.spec import JobSpec
 
@@ -78,10 +79,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     if settings.log_format == "json":
         app.add_middleware(RequestObserverMiddleware, observe=log_access)  # outermost: times the whole request, 413s included
     install_metrics(app, settings)  # Prometheus GET /metrics and the per-route latency middleware
-    for module in (health, catalog, targets, jobs, events, datasets, samplers, predict):
+    for module in (health, catalog, targets, jobs, density, events, datasets, samplers, predict):
         app.include_router(module.router)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     install_offline_docs(app)
+    install_dashboard(app, settings.auth_enabled)
     return app
 
 

@@ -26,9 +26,10 @@ from app.api.auth import tenant_for_bearer
 from app.logging_config import bind_log_context
 
 logger = logging.getLogger("parvis.api")
-PUBLIC_PREFIXES = ("/v1/health/", "/v1/openapi.json", "/v1/docs", "/metrics")
-"""Paths served without an API key (liveness probes, the API description and its viewer, and Prometheus
-`/metrics`, which has its own optional token)."""
+PUBLIC_PREFIXES = ("/v1/health/", "/v1/openapi.json", "/v1/docs", "/metrics", "/ui")
+"""Paths served without an API key (liveness probes, the API description and its viewer, Prometheus
+`/metrics`, which has its own optional token, and the dashboard's page and assets, which hold no data: its
+data calls carry the key)."""
 
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._\-]{1,64}$")
 

@@ -58,6 +58,7 @@ class Settings(BaseSettings):
     # before anything is decompressed (413 dataset_too_large).
     max_dataset_decompressed_bytes: int = 256 * 1024 * 1024
     max_validate_points: int = 1000
+    max_density_grid: int = 200  # points per axis of GET /v1/jobs/{id}/density (grid² evaluations)
     max_sample_n: int = 100_000
     max_sample_values: int = 10_000_000  # n·len(x) per /sample call of a function-space sampler
     # Estimated answer size of one /sample call (n × values per draw × 4 bytes as .npy, × 20 as JSON).

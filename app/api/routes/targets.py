@@ -72,10 +72,10 @@ class ValidateResponse(BaseModel):
     warnings: list[ValidateWarning] = Field(default_factory=list)
 
 
-def _json_floats(values: list) -> list:
+def json_floats(values: list) -> list:
     """NaN/inf → null (JSON has neither); `finite` says whether any were replaced."""
     if values and isinstance(values[0], list):
-        return [_json_floats(row) for row in values]
+        return [json_floats(row) for row in values]
     return [v if math.isfinite(v) else None for v in values]
 
 
@@ -144,14 +144,14 @@ def _evaluate(raw_target: dict[str, Any], points: list[list[float]], loader: Any
     return ValidateResponse(
         kind=raw_target["kind"],
         dim=target.dim,
-        log_prob=_json_floats(log_prob.tolist()),
-        score=_json_floats(score.tolist()),
+        log_prob=json_floats(log_prob.tolist()),
+        score=json_floats(score.tolist()),
         finite=finite,
         layout=[ParameterBlockOut(name=b.name, shape=list(b.shape), offset=b.offset) for b in layout]
         if layout else None,
         dtype=dtype,
         finite_in_dtype=bool(torch.isfinite(log_prob_d).all() and torch.isfinite(score_d).all()),
-        log_prob_in_dtype=_json_floats(log_prob_d.double().tolist()),
+        log_prob_in_dtype=json_floats(log_prob_d.double().tolist()),
         warnings=warnings,
     )
 
@@ -160,7 +160,12 @@ def _log_prob_and_score(target: Any, x: Any) -> tuple[Any, Any]:
     try:
         return target.log_prob(x).detach(), target.score(x).detach()
     except NotImplementedError as exc:
-        raise Problem(422, "target_unsupported", f"this target has no pointwise log-density: {exc}") from None
+        raise no_pointwise_density(exc) from None
+
+
+def no_pointwise_density(exc: NotImplementedError) -> Problem:
+    """422 `target_unsupported`: a target whose log-density cannot be evaluated at given points."""
+    return Problem(422, "target_unsupported", f"this target has no pointwise log-density: {exc}")
 
 
 def _listed(indices: list[int]) -> str:
