@@ -132,7 +132,7 @@ def plot_bnn(ns: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     grid, x, y = ns["grid"], ns["x"], ns["y"]
-    fig, axes = plt.subplots(1, len(ns["predictions"]), figsize=(11, 4.2), sharey=True)
+    fig, axes = plt.subplots(1, len(ns["predictions"]), figsize=(11, 4.6), sharey=True)
     for ax, (method, answer) in zip(axes, ns["predictions"].items(), strict=True):
         mean, epistemic = np.asarray(answer["mean"]), np.asarray(answer["std_epistemic"])
         levels, quantiles = answer["quantile_levels"], np.asarray(answer["quantiles"])
@@ -146,8 +146,8 @@ def plot_bnn(ns: dict[str, Any], path: Path) -> None:
         ax.set_title(f"{method}: {answer['n_draws']} networks", fontsize=11)
         ax.set_xlabel("x")
     axes[0].set_ylabel("y")
-    axes[-1].legend(fontsize=8, loc="lower left")
-    fig.tight_layout()
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=5, fontsize=9, frameon=False)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 

@@ -6,7 +6,6 @@ behind the BNN's data."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
