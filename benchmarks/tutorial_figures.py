@@ -39,9 +39,11 @@ HDR_LEVELS = (0.5, 0.9, 0.99)
 GAP = 1.5  # the BNN data leave out |x| < 1.5
 
 
-def python_blocks(path: Path = TUTORIAL) -> list[str]:
-    """The ```python fenced blocks of a Markdown file, in order."""
-    return re.findall(r"^```python\n(.*?)^```", path.read_text(), flags=re.MULTILINE | re.DOTALL)
+def python_blocks(path: Path = TUTORIAL, fence: str = "python") -> list[str]:
+    """The fenced blocks of a Markdown file whose info string is `fence`, in order. The tutorial fences its
+    HTTP steps `python` (they need only httpx and numpy, and this script runs them) and the `parvis` client's
+    version of them `py` (tests/integration/test_tutorial.py runs it where the client is installed)."""
+    return re.findall(rf"^```{fence}\n(.*?)^```", path.read_text(), flags=re.MULTILINE | re.DOTALL)
 
 
 @contextlib.contextmanager

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from benchmarks.tutorial_figures import bnn_summary, hdr_coverage, run_tutorial
+from benchmarks.tutorial_figures import bnn_summary, hdr_coverage, python_blocks, run_tutorial
 from tests.support.stack import started_embedded
 
 pytestmark = pytest.mark.integration
@@ -61,3 +61,19 @@ def test_bnn_predictions_widen_in_the_gap_for_fsvgd(tutorial: dict[str, Any]) ->
     gap, data = (summary["fsvgd"]["mean_epistemic_sd"][k] for k in ("gap |x| < 1.5", "data"))
     assert gap > 2 * data
     assert summary["svgd"]["mean_epistemic_sd"]["gap |x| < 1.5"] < gap
+
+
+def test_client_block_gives_what_the_http_blocks_gave(tutorial: dict[str, Any]) -> None:
+    """The `parvis` client's version of the steps (the tutorial's `py` block), where the client is installed:
+    the same seeded jobs give the same draws and predictions as the plain HTTP calls."""
+    pytest.importorskip("parvis.client")
+    (block,) = python_blocks(fence="py")
+    namespace = dict(tutorial)  # the variables of the blocks before (URL, banana, bnn, grid), a copy
+    exec(compile(block, "tutorial.md, client block", "exec"), namespace)  # noqa: S102
+    namespace["client"].close()
+    for name in ("svgd_draws", "gpvi_draws"):
+        assert isinstance(namespace[name], np.ndarray)
+        np.testing.assert_allclose(namespace[name], tutorial[name], rtol=1e-4, atol=1e-4)
+    assert set(namespace["trace"]) >= {"step", "wall_time_s", "grad_evals"}
+    np.testing.assert_allclose(namespace["prediction"]["quantiles"], tutorial["predictions"]["fsvgd"]["quantiles"],
+                               rtol=1e-4, atol=1e-4)

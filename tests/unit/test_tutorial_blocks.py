@@ -35,6 +35,14 @@ def template(path: str) -> str:
     return re.sub(r"\{[^/]*\}", "{}", path)
 
 
+def test_the_client_block_parses_and_uses_the_tutorials_variables(blocks: list[str]) -> None:
+    (client_block,) = python_blocks(TUTORIAL, fence="py")
+    used = {node.id for node in ast.walk(ast.parse(client_block)) if isinstance(node, ast.Name)}
+    defined = {node.id for block in blocks for node in ast.walk(ast.parse(block))
+               if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)}
+    assert {"URL", "banana", "bnn", "grid"} <= used & defined
+
+
 def test_every_route_called_is_served_with_that_method(blocks: list[str], tmp_path: Path) -> None:
     paths = create_app(Settings(data_dir=tmp_path)).openapi()["paths"]
     served = {(template(path), method.upper()) for path, item in paths.items() for method in item}
