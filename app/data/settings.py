@@ -49,8 +49,11 @@ class Settings(BaseSettings):
     max_request_bytes: int = 2 * 1024 * 1024
     body_read_timeout_seconds: float = 30.0  # a request body must arrive in full within this (else 408)
     max_active_jobs_per_tenant: int = 100
-    # Open GET /v1/jobs/{id}/events streams per tenant, counted in each API process (429 too_many_streams).
+    # Open GET /v1/jobs/{id}/events streams per tenant (429 too_many_streams): shared by every API process via
+    # Redis on the cluster shape, each slot leased for `stream_slot_ttl_seconds` and renewed while its stream is
+    # open (a killed API process leaks its slots that long); counted per API process on the embedded shape.
     max_streams_per_tenant: int = 8
+    stream_slot_ttl_seconds: float = Field(default=30.0, ge=1)
     max_dataset_bytes: int = 64 * 1024 * 1024
     max_dataset_rows: int = 2_000_000
     max_dataset_cols: int = 10_000
