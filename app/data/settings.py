@@ -87,6 +87,9 @@ class Settings(BaseSettings):
     # `PARVIS_RETENTION_DAYS_BY_TENANT='{"acme": 7}'`; each worker's sweeper deletes expired rows and their bytes
     # every `sweep_interval_seconds`.
     retention_days: float = Field(default=30.0, ge=0)
+    # The longest `retention_seconds` a client may ask for at creation; 0: the tenant's retention (clients may
+    # only shorten it; no bound when that is forever).
+    max_retention_days: float = Field(default=0.0, ge=0)
     retention_days_by_tenant: dict[str, Annotated[float, Field(ge=0)]] = Field(default_factory=dict)
     sweep_interval_seconds: float = Field(default=300.0, gt=0)
 
