@@ -18,7 +18,6 @@ import socket
 import threading
 import time
 from datetime import datetime, timedelta
-from typing import Any
 
 from sqlalchemy import delete
 from sqlalchemy.orm import Session, sessionmaker
@@ -26,21 +25,13 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.data import jobs as job_state
 from app.data.db import make_engine, make_session_factory
 from app.data.models import WorkerHeartbeat, utcnow
-from app.data.queue import make_celery
+from app.data.queue import make_celery, redis_client
 from app.data.retention import sweep_expired
 from app.data.settings import Settings
 from app.data.store import make_store
 from workers.dispatch import send_jobs, send_unsent
 
 logger = logging.getLogger("parvis.worker")
-
-
-def redis_client(broker_url: str) -> Any:
-    if not broker_url.startswith(("redis://", "rediss://", "unix://")):
-        return None
-    import redis
-
-    return redis.Redis.from_url(broker_url, socket_timeout=2, socket_connect_timeout=2)
 
 
 class Maintenance(threading.Thread):
@@ -53,7 +44,7 @@ class Maintenance(threading.Thread):
         self.sender = make_celery(settings, main="parvis-maintenance")
         self.stopped = threading.Event()
         self.broker_lost_at: datetime | None = None  # set during an outage: when this loop noticed it
-        self.redis = redis_client(settings.broker_url)  # None unless the broker is Redis
+        self.redis = redis_client(settings)  # None unless the broker is Redis
         self.broker_run_id: str | None = None  # the Redis server's run_id at the last pass
         self.last_sweep: float | None = None  # monotonic time of the last retention sweep
         self.store = make_store(settings.artifacts_url, settings)

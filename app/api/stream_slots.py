@@ -20,6 +20,7 @@ from collections import Counter
 from typing import Any, Protocol
 
 from app.api.problems import Problem
+from app.data.queue import redis_client
 from app.data.settings import Settings
 
 logger = logging.getLogger("parvis.api")
@@ -127,12 +128,10 @@ class RedisSlot:
 class RedisStreamSlots:
     """Open event streams per tenant, shared by every API process through Redis (see the module docstring)."""
 
-    def __init__(self, url: str, namespace: str, ttl: float):
-        import redis
-
-        self.client: Any = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
-        self.namespace = namespace
-        self.ttl = ttl
+    def __init__(self, settings: Settings):
+        self.client: Any = redis_client(settings)
+        self.namespace = settings.queue  # one deployment's queue name: tests and tenants of another stay apart
+        self.ttl = settings.stream_slot_ttl_seconds
         self.acquire_script = self.client.register_script(_ACQUIRE)
         self.renew_script = self.client.register_script(_RENEW)
         self.fallback = LocalStreamSlots()
@@ -156,6 +155,6 @@ class RedisStreamSlots:
 
 
 def make_stream_slots(settings: Settings) -> LocalStreamSlots | RedisStreamSlots:
-    if settings.broker_url.startswith(("redis://", "rediss://", "unix://")):
-        return RedisStreamSlots(settings.broker_url, settings.queue, settings.stream_slot_ttl_seconds)
+    if settings.redis_broker:
+        return RedisStreamSlots(settings)
     return LocalStreamSlots()

@@ -116,6 +116,11 @@ class Settings(BaseSettings):
         return self.broker_url.startswith("filesystem://")
 
     @property
+    def redis_broker(self) -> bool:
+        """A Redis broker: shared state between processes (stream slots) and a `run_id` to watch."""
+        return self.broker_url.startswith(("redis://", "rediss://", "unix://"))
+
+    @property
     def broker_dir(self) -> Path:
         return self.data_dir / "broker"
 
