@@ -65,7 +65,8 @@ class Settings(BaseSettings):
     max_sample_values: int = 10_000_000  # n·len(x) per /sample call of a function-space sampler
     # Estimated answer size of one /sample call (n × values per draw × 4 bytes as .npy, × 20 as JSON).
     max_sample_bytes: int = 256 * 1024 * 1024
-    # /sample draws computed at once per API process (the rest queue, holding no thread); 0: 2 × cores.
+    # /sample draws and /predict answers computed at once per API process (the rest queue, holding no thread);
+    # 0: 2 × cores.
     sample_concurrency: int = 0
     max_predict_values: int = 2_000_000  # posterior draws × inputs of one /predict request
     sampler_cache_size: int = 16
