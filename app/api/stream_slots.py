@@ -56,6 +56,7 @@ def too_many(open_count: int, cap: int) -> Problem:
 
 
 class StreamSlot(Protocol):
+    def renew_due(self) -> bool: ...  # cheap, on the event loop: whether `renew` (blocking) has work to do
     def renew(self) -> None: ...
     def release(self) -> None: ...
 
@@ -66,8 +67,11 @@ class LocalSlot:
         self._tenant = tenant
         self._released = False
 
+    def renew_due(self) -> bool:
+        return False  # nothing to renew: the process that counts it is the one serving it
+
     def renew(self) -> None:
-        """Nothing to renew: the process that counts it is the one serving it."""
+        """Nothing to renew."""
 
     def release(self) -> None:
         with self._slots.lock:
@@ -104,13 +108,14 @@ class RedisSlot:
         self._renewed = time.monotonic()
         self._released = False
 
+    def renew_due(self) -> bool:
+        return time.monotonic() - self._renewed >= self._slots.ttl / 3
+
     def renew(self) -> None:
-        """Extends the slot's lease once a third of it has passed (called on every read of the stream)."""
-        if time.monotonic() - self._renewed < self._slots.ttl / 3:
-            return
+        """Extends the slot's lease (the stream calls it once a third of the lease has passed)."""
+        self._renewed = time.monotonic()  # also after a failure: the next try is a third of a lease later
         try:
             self._slots.renew_script(keys=[self._key], args=[self._id, self._slots.ttl])
-            self._renewed = time.monotonic()
         except Exception:  # noqa: BLE001 - a lapsed slot only lets the tenant open one stream more
             logger.warning("could not renew an event stream slot in Redis", exc_info=True)
 

@@ -73,7 +73,8 @@ def job_events(
         last_sent = time.monotonic()
         event_id = 0
         while not await request.is_disconnected():
-            await run_in_threadpool(slot.renew)
+            if slot.renew_due():
+                await run_in_threadpool(slot.renew)
             state = await run_in_threadpool(snapshot)
             if state is not None and state != last:
                 event_id += 1
