@@ -4,6 +4,7 @@ that fail are retried by later sweeps. Real API and worker processes over HTTP (
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import time
@@ -97,19 +98,24 @@ def test_an_idempotent_replay_of_an_expired_job_answers_410(make_stack) -> None:
 CHATTR = shutil.which("chattr")
 
 
-def immutable(path: Path, on: bool) -> bool:
-    return subprocess.run([CHATTR, "+i" if on else "-i", str(path)], capture_output=True).returncode == 0 \
-        if CHATTR else False
+def refuse_deletions(path: Path, refuse: bool) -> bool:
+    """Make the folder's entries undeletable (or deletable again) by the service's processes: read-only for an
+    ordinary user, immutable (chattr, ext4-like file systems) for root, whom permissions do not stop."""
+    if os.geteuid() != 0:
+        path.chmod(0o555 if refuse else 0o755)
+        return True
+    return CHATTR is not None and subprocess.run([CHATTR, "+i" if refuse else "-i", str(path)],
+                                                 capture_output=True).returncode == 0
 
 
 def test_failed_byte_deletions_are_retried_by_later_sweeps(make_stack, tmp_path: Path) -> None:
-    """The store refuses to delete a job's folder (immutable) when the sweeper deletes the expired job: the row
-    goes, the folder stays, recorded as pending; once the store can delete it, a later sweep does."""
+    """The store refuses to delete a job's folder when the sweeper deletes the expired job: the row goes, the
+    folder stays, recorded as pending; once the store can delete it, a later sweep does."""
     probe = tmp_path / "probe"
     probe.mkdir()
-    if not immutable(probe, True):
-        pytest.skip("chattr +i is not available here (needs root and an ext4-like file system)")
-    immutable(probe, False)
+    if not refuse_deletions(probe, True):
+        pytest.skip("cannot make a folder undeletable here (root without chattr +i support)")
+    refuse_deletions(probe, False)
 
     stack = make_stack("embedded", PARVIS_SWEEP_INTERVAL_SECONDS="0.5")
     stack.start_worker()
@@ -121,7 +127,7 @@ def test_failed_byte_deletions_are_retried_by_later_sweeps(make_stack, tmp_path:
         assert job["status"] == "succeeded", (job["error"], stack.log_tail())
         job_folder = folder(stack, "jobs", job["id"])
         assert (job_folder / "particles.npy").is_file()
-        assert immutable(job_folder, True)
+        assert refuse_deletions(job_folder, True)
 
         wait_for(lambda: stack.client.get(f"/v1/jobs/{job['id']}").status_code == 404, 60, interval=0.2,
                  what="the expired job to be swept")
@@ -134,7 +140,7 @@ def test_failed_byte_deletions_are_retried_by_later_sweeps(make_stack, tmp_path:
             row = conn.execute(select(PendingDeletion).where(PendingDeletion.prefix == f"jobs/{job['id']}")).one()
         assert row.attempts >= 2 and "PermissionError" in row.last_error, row
 
-        assert immutable(job_folder, False)
+        assert refuse_deletions(job_folder, False)
         wait_for(lambda: not job_folder.exists(), 30, interval=0.2, what="a later sweep to delete the bytes")
         with engine.connect() as conn:
             wait_for(lambda: not conn.execute(select(PendingDeletion)).all(), 10, what="the record to go")
@@ -143,5 +149,5 @@ def test_failed_byte_deletions_are_retried_by_later_sweeps(make_stack, tmp_path:
         raise
     finally:
         if job_folder is not None and job_folder.exists():
-            immutable(job_folder, False)
+            refuse_deletions(job_folder, False)
         engine.dispose()
