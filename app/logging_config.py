@@ -1,9 +1,10 @@
 """Log set-up shared by the API (uvicorn) and the workers (Celery): plain text for a terminal, or one JSON
 object a line for log collectors (`PARVIS_LOG_FORMAT=json`).
 
-A JSON line carries `ts`, `level`, `logger`, `message`, the context of the code that logged it (`request_id`
-inside an HTTP request, `job_id` and `tenant` inside a job run: see `log_context`), any `extra=` fields, and
-`exc` (the formatted traceback) when an exception is attached. uvicorn's and Celery's own loggers propagate to
+A JSON line carries `ts`, `level`, `logger`, `message`, `thread`, the context of the code that logged it
+(`request_id` inside an HTTP request, `job_id` and `tenant` inside a job run, also in the threads it starts
+as `ContextThread`s: see `log_context`), any `extra=` fields, and `exc` (the formatted traceback) when an
+exception is attached. uvicorn's and Celery's own loggers propagate to
 the same root handler, so their lines are JSON too.
 """
 
@@ -13,9 +14,10 @@ import contextlib
 import json
 import logging
 import logging.config
+import threading
 import time
 from collections.abc import Iterator
-from contextvars import ContextVar
+from contextvars import ContextVar, copy_context
 from types import MappingProxyType
 from typing import Any
 
@@ -50,6 +52,20 @@ def bind_log_context(**fields: Any) -> None:
     _context.set(MappingProxyType({**_context.get(), **fields}))
 
 
+class ContextThread(threading.Thread):
+    """A thread that runs in a copy of the context of the code that created it. A plain thread starts with an
+    empty context (contextvars are not inherited), so its lines would lose `job_id`, `request_id`, ..."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._parent_context = copy_context()
+
+    def start(self) -> None:
+        run = self.run
+        self.run = lambda: self._parent_context.run(run)  # type: ignore[method-assign]
+        super().start()
+
+
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         line: dict[str, Any] = {
@@ -57,6 +73,7 @@ class JsonFormatter(logging.Formatter):
             "level": record.levelname,
             "logger": record.name,
             "message": record.getMessage(),
+            "thread": record.threadName,
         }
         line.update(_context.get())
         line.update((key, value) for key, value in vars(record).items()

@@ -22,10 +22,15 @@ from app.api.middleware import (
 from app.api.observability import install_metrics
 from app.api.openapi import add_problem_responses
 from app.api.problems import install_problem_handlers
+<<<<<<< HEAD
 from app.api.routes import catalog, datasets, density, events, health, jobs, predict, samplers, targets
 from app.api.routes.events import StreamSlots
+=======
+from app.api.routes import catalog, datasets, events, health, jobs, predict, samplers, targets
+>>>>>>> hardening
 from app.api.sampler_cache import SamplerCache
 from app.api.sampling import ComputePool, default_concurrency
+from app.api.stream_slots import make_stream_slots
 from app.data.db import make_engine, make_session_factory, pool_capacity
 from app.data.queue import make_celery
 from app.data.settings import Settings, get_settings
@@ -50,7 +55,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.store = make_store(settings.artifacts_url, settings)
         app.state.celery = make_celery(settings, main="parvis-api")
         app.state.sampler_cache = SamplerCache(settings.sampler_cache_size)
-        app.state.stream_slots = StreamSlots()  # routes/events.py: open streams per tenant
+        app.state.stream_slots = make_stream_slots(settings)  # open event streams per tenant (shared via Redis)
         # Torch and the samplers are imported in the background: /health/live answers at once, /health/ready
         # says `warm` once the first /sample no longer pays for the import.
         app.state.compute = ComputePool(settings.sample_concurrency or default_concurrency())
@@ -59,6 +64,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             logger.warning("authentication is OFF: every request acts as the single tenant 'local'")
         yield
         app.state.compute.shutdown()
+        app.state.stream_slots.close()
         engine.dispose()
 
     app = FastAPI(

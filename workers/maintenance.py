@@ -1,6 +1,11 @@
 """Runs in each worker's main process: announces the worker (for readiness), reaps expired leases and sends
 the run messages of queued jobs that have none (workers/dispatch.py).
 
+A Redis broker here keeps nothing on disk, so its restart loses every queued message. An outage long enough
+for a pass to fail to connect is seen by `probe_broker`; a restart between two passes is seen by the server's
+`run_id` (Redis INFO) having changed: either way the queued jobs last sent before the broker came back are
+sent again (`mark_unsent_sent_before`), within one pass.
+
 Several workers may reap at once: every transition is a conditional UPDATE, so each expired job is requeued
 (or failed with `worker_lost`) exactly once, and each unsent job is sent by one loop.
 """
@@ -20,7 +25,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.data import jobs as job_state
 from app.data.db import make_engine, make_session_factory
 from app.data.models import WorkerHeartbeat, utcnow
-from app.data.queue import make_celery
+from app.data.queue import make_celery, redis_client
 from app.data.retention import sweep_expired
 from app.data.settings import Settings
 from app.data.store import make_store
@@ -39,6 +44,8 @@ class Maintenance(threading.Thread):
         self.sender = make_celery(settings, main="parvis-maintenance")
         self.stopped = threading.Event()
         self.broker_lost_at: datetime | None = None  # set during an outage: when this loop noticed it
+        self.redis = redis_client(settings)  # None unless the broker is Redis
+        self.broker_run_id: str | None = None  # the Redis server's run_id at the last pass
         self.last_sweep: float | None = None  # monotonic time of the last retention sweep
         self.store = make_store(settings.artifacts_url, settings)
 
@@ -102,7 +109,29 @@ class Maintenance(threading.Thread):
                 logger.warning("broker unreachable (%s); queued jobs will be sent when it is back", exc)
             self._broker_lost()
             return False
+        restarted = self.broker_restarted_at()
+        if restarted is not None and self.broker_lost_at is None:
+            logger.warning("broker restarted since the last pass (new run_id); queued jobs sent before it are "
+                           "sent again")
+            self.broker_lost_at = restarted
         return True
+
+    def broker_restarted_at(self) -> datetime | None:
+        """When the Redis broker started, if it is another server process than at the last pass (a restart
+        too quick for any pass to see it down). Messages sent before then are gone with the old process; those
+        sent after are live and are not sent again."""
+        if self.redis is None:
+            return None
+        try:
+            info = self.redis.info("server")
+        except Exception:  # noqa: BLE001 - INFO refused (ACLs, a proxy): fall back to outages seen by probes
+            logger.debug("could not read the broker's INFO", exc_info=True)
+            return None
+        run_id, uptime = str(info.get("run_id", "")), float(info.get("uptime_in_seconds", 0))
+        previous, self.broker_run_id = self.broker_run_id, run_id
+        if previous is None or previous == run_id:
+            return None
+        return utcnow() - timedelta(seconds=uptime)
 
     def _broker_lost(self) -> None:
         # Anything sent before the outage was noticed may be lost with it; nothing can be sent during it.
@@ -128,6 +157,8 @@ class Maintenance(threading.Thread):
 
     def stop(self) -> None:
         self.stopped.set()
+        if self.redis is not None:
+            self.redis.close()
         try:
             with self.sessions() as session:
                 session.execute(delete(WorkerHeartbeat).where(WorkerHeartbeat.name == self.worker_name))

@@ -22,7 +22,7 @@ from app.data.jobs import Lease
 from app.data.models import Artifact, Job, Sampler
 from app.data.predictors import store_predictor
 from app.data.samplers import artifact_row, store_sampler
-from app.logging_config import log_context
+from app.logging_config import ContextThread, log_context
 from inference_core import errors
 from inference_core.methods.base import Method
 from inference_core.serialization import state_from_bytes, state_to_bytes
@@ -73,8 +73,9 @@ def checkpoint_key(job_id: str) -> str:
     return f"jobs/{job_id}/checkpoint.safetensors"
 
 
-class Heartbeat(threading.Thread):
-    """Renews the lease every `heartbeat_seconds` and picks up cancel requests."""
+class Heartbeat(ContextThread):
+    """Renews the lease every `heartbeat_seconds` and picks up cancel requests. A ContextThread: its log lines
+    carry the job's `job_id` and `tenant` like the run's own."""
 
     def __init__(self, context: WorkerContext, lease: Lease):
         super().__init__(name=f"heartbeat-{lease.job_id}", daemon=True)
@@ -93,9 +94,11 @@ class Heartbeat(threading.Thread):
             except Exception:  # noqa: BLE001 - a DB blip is retried next beat; the lease has slack
                 logger.warning("heartbeat failed for %s", self.lease.job_id, exc_info=True)
                 continue
-            if cancel:
+            if cancel and not self.cancel.is_set():
+                logger.info("job %s: cancel requested; stopping at the next step", self.lease.job_id)
                 self.cancel.set()
             if not ours:
+                logger.warning("job %s: lease renewal refused; another worker owns the job now", self.lease.job_id)
                 self.lost.set()
                 return
 

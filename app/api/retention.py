@@ -1,13 +1,34 @@
-"""The 410 answer for an expired job, sampler or data set (see app/data/retention.py)."""
+"""The 410 answer for an expired job, sampler or data set, and the expiry a client asks for at creation (see
+app/data/retention.py)."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from app.api.problems import Problem
+from app.data.models import utcnow
+from app.data.retention import expires_at_for, max_retention_for
+from app.data.settings import Settings
+
+RETENTION_QUERY_DESCRIPTION = ("seconds to keep it (and, for a job, its sampler) after creation; default: the "
+                               "tenant's retention; at most the tenant's maximum (else 422 retention_too_long)")
 
 
 def expired(kind: str, object_id: str, expires_at: datetime | None) -> Problem:
     when = expires_at.isoformat() if expires_at is not None else "earlier"
     return Problem(410, "expired", f"the {kind} {object_id!r} expired at {when} and is being deleted "
                    "(retention); once deleted its id is unknown (404)")
+
+
+def requested_expiry(settings: Settings, tenant: str, retention_seconds: int | None,
+                     now: datetime | None = None) -> datetime | None:
+    """`expires_at` for a new object: creation + `retention_seconds` when the client asks (422
+    `retention_too_long` over the tenant's maximum), else the tenant's default."""
+    now = now or utcnow()
+    if retention_seconds is None:
+        return expires_at_for(settings, tenant, now)
+    limit = max_retention_for(settings, tenant)
+    if limit is not None and retention_seconds > limit.total_seconds():
+        raise Problem(422, "retention_too_long", f"retention_seconds {retention_seconds} is over this tenant's "
+                      f"maximum of {limit.total_seconds():.0f} seconds", extra={"loc": ["query", "retention_seconds"]})
+    return now + timedelta(seconds=retention_seconds)

@@ -1,7 +1,7 @@
-"""Where the API computes: a bounded thread pool for `/sample` draws (and the start-up warm-up), so CPU work
-never runs on the event loop nor in the request threadpool that polls need, and at most
-`sample_concurrency` draws run at once (the rest wait in the pool's queue, holding no thread and no
-database connection).
+"""Where the API computes: a bounded thread pool for `/sample` draws, `/predict` answers (app/api/routes/
+predict.py) and the start-up warm-up, so CPU work never runs on the event loop nor in the request threadpool
+that polls need, and at most `sample_concurrency` of them run at once (the rest wait in the pool's queue,
+holding no thread and no database connection).
 
 `.npy` answers are streamed (negotiation.array_response). The draws themselves are computed in one call:
 pushing the noise through the network in row chunks changes float32 matmul rounding (measured: up to 6e-5

@@ -223,3 +223,16 @@ class WorkerHeartbeat(Base):
     queues: Mapped[str] = mapped_column(String(255))
     started_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     last_seen_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class PendingDeletion(Base):
+    """Artifact bytes (a store key or key prefix) whose rows are deleted but whose deletion from the store has
+    not succeeded yet. Recorded in the transaction that deletes the rows, removed once the bytes are gone;
+    the retention sweeper retries what is left (app/data/retention.py), so no bytes are orphaned for good."""
+
+    __tablename__ = "pending_deletions"
+
+    prefix: Mapped[str] = mapped_column(String(512), primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    last_error: Mapped[str | None] = mapped_column(Text)

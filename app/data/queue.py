@@ -63,3 +63,13 @@ def make_celery(settings: Settings, main: str = "parvis") -> Celery:
 def enqueue_job(celery_app: Celery, settings: Settings, job_id: str) -> None:
     """Send the run-job task by name: the sender never imports the training code."""
     celery_app.send_task(RUN_JOB_TASK, args=[job_id], queue=settings.queue)
+
+
+def redis_client(settings: Settings) -> Any:
+    """A plain Redis client on the broker (short timeouts: callers treat failures as "unknown"), or None when
+    the broker is not Redis."""
+    if not settings.redis_broker:
+        return None
+    import redis
+
+    return redis.Redis.from_url(settings.broker_url, socket_timeout=2, socket_connect_timeout=2)

@@ -1,12 +1,15 @@
 """Retention: when jobs, samplers and data sets expire, and the sweep that deletes them and their bytes.
 
-A row's `expires_at` is fixed at creation (creation time + the tenant's retention; null = kept forever).
+A row's `expires_at` is fixed at creation: creation time + the tenant's retention (null = kept forever), or
++ the `retention_seconds` the client asked for (at most `max_retention_for`); a sampler gets its job's.
 Expired rows answer 410 until a sweep deletes them; after that they are unknown ids (404).
 What a sweep never deletes: a queued or running job (it expires once it has finished) and a data set that a
 queued or running job uses. A trained sampler goes with its job (foreign-key cascade), bytes included.
 
-Rows are deleted first and bytes after the commit, so nothing readable ever points at missing bytes; bytes
-whose deletion fails are left behind (logged), never a row without its bytes. Every delete is conditional on
+Rows are deleted first and bytes after the commit, so nothing readable ever points at missing bytes. The
+commit that deletes the rows also records their bytes as `pending_deletions`; a record goes once its bytes
+are gone, so bytes whose deletion fails (store down, a crash in between) are retried by every later sweep
+until they go: never a row without its bytes, and no bytes orphaned for good. Every delete is conditional on
 the row still being expired and idle, so sweeps in several workers at once are harmless.
 """
 
@@ -17,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, delete, or_, select
+from sqlalchemy import ColumnElement, delete, or_, select, update
 from sqlalchemy.orm import Session
 
 from app.data.models import (
@@ -27,6 +30,7 @@ from app.data.models import (
     DatasetRecord,
     Job,
     JobDataset,
+    PendingDeletion,
     Sampler,
     utcnow,
 )
@@ -48,6 +52,14 @@ def retention_for(settings: Settings, tenant_id: str) -> timedelta | None:
 def expires_at_for(settings: Settings, tenant_id: str, now: datetime | None = None) -> datetime | None:
     retention = retention_for(settings, tenant_id)
     return (now or utcnow()) + retention if retention is not None else None
+
+
+def max_retention_for(settings: Settings, tenant_id: str) -> timedelta | None:
+    """The longest retention a client may ask for (`retention_seconds`): `max_retention_days` when set, else
+    the tenant's own retention; None when unbounded."""
+    if settings.max_retention_days > 0:
+        return timedelta(days=settings.max_retention_days)
+    return retention_for(settings, tenant_id)
 
 
 def is_expired(expires_at: datetime | None, now: datetime | None = None) -> bool:
@@ -85,9 +97,11 @@ def _datasets_in_use():  # noqa: ANN202 - a SQLAlchemy select
 
 def sweep_expired(session: Session, store: ArtifactStore, now: datetime | None = None,
                   limit: int = 200) -> SweepResult:
-    """Delete up to `limit` expired jobs, samplers and data sets each (the next sweep takes the rest)."""
+    """Delete up to `limit` expired jobs, samplers and data sets each (the next sweep takes the rest), after
+    retrying up to `limit` byte deletions that failed before."""
     now = now or utcnow()
     result = SweepResult()
+    retry_pending_deletions(session, store, limit)
 
     job_ids = session.execute(select(Job.id).where(Job.expires_at <= now, Job.status.in_(FINISHED))
                               .limit(limit)).scalars().all()
@@ -97,19 +111,21 @@ def sweep_expired(session: Session, store: ArtifactStore, now: datetime | None =
             or_(Artifact.job_id == job_id, Artifact.sampler_id.in_(sampler_ids)))).scalars())
         gone = session.execute(delete(Job).where(Job.id == job_id, Job.expires_at <= now,
                                                  Job.status.in_(FINISHED))).rowcount
-        session.commit()
         if gone:
-            _delete_bytes(store, [*paths, f"jobs/{job_id}", *(f"samplers/{s}" for s in sampler_ids)])
+            delete_bytes(session, store, [*paths, f"jobs/{job_id}", *(f"samplers/{s}" for s in sampler_ids)])
             result.jobs.append(job_id)
+        else:
+            session.commit()
 
     sampler_ids = session.execute(select(Sampler.id).where(Sampler.expires_at <= now).limit(limit)).scalars().all()
     for sampler_id in sampler_ids:
         paths = list(session.execute(select(Artifact.path).where(Artifact.sampler_id == sampler_id)).scalars())
         gone = session.execute(delete(Sampler).where(Sampler.id == sampler_id, Sampler.expires_at <= now)).rowcount
-        session.commit()
         if gone:
-            _delete_bytes(store, [*paths, f"samplers/{sampler_id}"])
+            delete_bytes(session, store, [*paths, f"samplers/{sampler_id}"])
             result.samplers.append(sampler_id)
+        else:
+            session.commit()
 
     dataset_ids = session.execute(select(DatasetRecord.id).where(
         DatasetRecord.expires_at <= now, DatasetRecord.id.not_in(_datasets_in_use())).limit(limit)).scalars().all()
@@ -119,16 +135,47 @@ def sweep_expired(session: Session, store: ArtifactStore, now: datetime | None =
         gone = session.execute(delete(DatasetRecord).where(
             DatasetRecord.id == dataset_id, DatasetRecord.expires_at <= now,
             DatasetRecord.id.not_in(_datasets_in_use()))).rowcount
-        session.commit()
         if gone:
-            _delete_bytes(store, [*paths, f"datasets/{dataset_id}"])
+            delete_bytes(session, store, [*paths, f"datasets/{dataset_id}"])
             result.datasets.append(dataset_id)
+        else:
+            session.commit()
     return result
 
 
-def _delete_bytes(store: ArtifactStore, prefixes: list[str]) -> None:
+def delete_bytes(session: Session, store: ArtifactStore, prefixes: list[str]) -> list[str]:
+    """Commit the session's pending row deletions together with a `PendingDeletion` for each prefix, then
+    delete the bytes and drop the records of those that went: a failure (or a crash in between) leaves its
+    record for `retry_pending_deletions`. Returns the prefixes that failed."""
+    now = utcnow()
+    for prefix in dict.fromkeys(prefixes):
+        session.merge(PendingDeletion(prefix=prefix, created_at=now, attempts=0))
+    session.commit()
+    return _attempt(session, store, list(dict.fromkeys(prefixes)))
+
+
+def retry_pending_deletions(session: Session, store: ArtifactStore, limit: int = 200) -> list[str]:
+    """Try again the byte deletions that failed before (oldest first); returns those that failed again."""
+    prefixes = list(session.execute(select(PendingDeletion.prefix).order_by(PendingDeletion.created_at)
+                                    .limit(limit)).scalars())
+    session.rollback()
+    return _attempt(session, store, prefixes)
+
+
+def _attempt(session: Session, store: ArtifactStore, prefixes: list[str]) -> list[str]:
+    failed: dict[str, str] = {}
     for prefix in prefixes:
         try:
             store.delete_prefix(prefix)
-        except Exception:  # noqa: BLE001 - the row is gone already; leftover bytes are only wasted space
-            logger.warning("retention: could not delete artifact bytes under %s", prefix, exc_info=True)
+        except Exception as exc:  # noqa: BLE001 - the rows are gone already; the record keeps it for a retry
+            failed[prefix] = f"{type(exc).__name__}: {exc}"[:2000]
+            logger.warning("retention: could not delete artifact bytes under %s; a later sweep retries",
+                           prefix, exc_info=True)
+    done = [prefix for prefix in prefixes if prefix not in failed]
+    if done:
+        session.execute(delete(PendingDeletion).where(PendingDeletion.prefix.in_(done)))
+    for prefix, error in failed.items():
+        session.execute(update(PendingDeletion).where(PendingDeletion.prefix == prefix)
+                        .values(attempts=PendingDeletion.attempts + 1, last_error=error))
+    session.commit()
+    return list(failed)

@@ -49,8 +49,11 @@ class Settings(BaseSettings):
     max_request_bytes: int = 2 * 1024 * 1024
     body_read_timeout_seconds: float = 30.0  # a request body must arrive in full within this (else 408)
     max_active_jobs_per_tenant: int = 100
-    # Open GET /v1/jobs/{id}/events streams per tenant, counted in each API process (429 too_many_streams).
+    # Open GET /v1/jobs/{id}/events streams per tenant (429 too_many_streams): shared by every API process via
+    # Redis on the cluster shape, each slot leased for `stream_slot_ttl_seconds` and renewed while its stream is
+    # open (a killed API process leaks its slots that long); counted per API process on the embedded shape.
     max_streams_per_tenant: int = 8
+    stream_slot_ttl_seconds: float = Field(default=30.0, ge=1)
     max_dataset_bytes: int = 64 * 1024 * 1024
     max_dataset_rows: int = 2_000_000
     max_dataset_cols: int = 10_000
@@ -63,7 +66,8 @@ class Settings(BaseSettings):
     max_sample_values: int = 10_000_000  # n·len(x) per /sample call of a function-space sampler
     # Estimated answer size of one /sample call (n × values per draw × 4 bytes as .npy, × 20 as JSON).
     max_sample_bytes: int = 256 * 1024 * 1024
-    # /sample draws computed at once per API process (the rest queue, holding no thread); 0: 2 × cores.
+    # /sample draws and /predict answers computed at once per API process (the rest queue, holding no thread);
+    # 0: 2 × cores.
     sample_concurrency: int = 0
     max_predict_values: int = 2_000_000  # posterior draws × inputs of one /predict request
     sampler_cache_size: int = 16
@@ -85,6 +89,9 @@ class Settings(BaseSettings):
     # `PARVIS_RETENTION_DAYS_BY_TENANT='{"acme": 7}'`; each worker's sweeper deletes expired rows and their bytes
     # every `sweep_interval_seconds`.
     retention_days: float = Field(default=30.0, ge=0)
+    # The longest `retention_seconds` a client may ask for at creation; 0: the tenant's retention (clients may
+    # only shorten it; no bound when that is forever).
+    max_retention_days: float = Field(default=0.0, ge=0)
     retention_days_by_tenant: dict[str, Annotated[float, Field(ge=0)]] = Field(default_factory=dict)
     sweep_interval_seconds: float = Field(default=300.0, gt=0)
 
@@ -109,6 +116,11 @@ class Settings(BaseSettings):
     @property
     def embedded_broker(self) -> bool:
         return self.broker_url.startswith("filesystem://")
+
+    @property
+    def redis_broker(self) -> bool:
+        """A Redis broker: shared state between processes (stream slots) and a `run_id` to watch."""
+        return self.broker_url.startswith(("redis://", "rediss://", "unix://"))
 
     @property
     def broker_dir(self) -> Path:

@@ -51,6 +51,11 @@ def check_key(key: str) -> str:
     return key
 
 
+def _missing_is_fine(function: Any, path: str, exc_info: Any) -> None:
+    if not issubclass(exc_info[0], FileNotFoundError):
+        raise exc_info[1]
+
+
 class LocalArtifactStore(ArtifactStore):
     def __init__(self, root: str | Path):
         self.root = Path(root).expanduser().resolve()
@@ -84,9 +89,11 @@ class LocalArtifactStore(ArtifactStore):
         return self._path(key).is_file()
 
     def delete_prefix(self, prefix: str) -> None:
+        """Raises when something could not be deleted (the caller retries it: app/data/retention.py); what is
+        already gone, also by a concurrent delete, is not an error."""
         path = self._path(prefix.rstrip("/"))
         if path.is_dir():
-            shutil.rmtree(path, ignore_errors=True)
+            shutil.rmtree(path, onerror=_missing_is_fine)
         elif path.is_file():
             path.unlink(missing_ok=True)
 

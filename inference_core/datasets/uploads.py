@@ -22,6 +22,7 @@ Caps: `max_rows` bounds the rows of X and X_test together, `max_cols` the number
 parsed): over it, `DatasetTooLarge` (a ValueError; the API answers 413). For an .npz this is decided from each
 member's .npy header alone, before any data is decompressed, and the decompressed stream is read through a
 counter that stops past the header's promise, whatever the zip declares (a decompression bomb reads nothing).
+A JSON body is bounded before it is decoded, by counting the runs of number characters in its bytes.
 The zip's central directory is bounded too (zipfile parses it whole). CSV values are converted as each line is
 read, so the text is never held as millions of small strings.
 """
@@ -139,7 +140,29 @@ def _too_large(what: str, n_bytes: int, max_bytes: int) -> DatasetTooLarge:
                            f"{max_bytes:,} bytes (PARVIS_MAX_DATASET_DECOMPRESSED_BYTES)")
 
 
+# Bytes a JSON number is written with: every number is one maximal run of them (so the runs bound the numbers
+# from above; the only other runs are inside strings and literals, e.g. the `e` of "X_test" or `true`).
+_JSON_NUMBER_BYTES = np.zeros(256, dtype=bool)
+_JSON_NUMBER_BYTES[np.frombuffer(b"0123456789+-.eE", dtype=np.uint8)] = True
+
+
+def _json_number_bound(data: bytes) -> int:
+    """An upper bound on the numbers in a JSON text, from its bytes alone (runs of number characters), in
+    chunks: a few MiB of scratch memory whatever the size, where decoding would make a Python object a value."""
+    view = np.frombuffer(data, dtype=np.uint8)
+    count, previous = 0, False
+    for start in range(0, view.size, _READ_CHUNK):
+        inside = _JSON_NUMBER_BYTES[view[start:start + _READ_CHUNK]]
+        count += int(bool(inside[0]) and not previous) + int(np.count_nonzero(inside[1:] & ~inside[:-1]))
+        previous = bool(inside[-1])
+    return count
+
+
 def _parse_json(data: bytes, *, max_rows: int, max_cols: int, max_bytes: int | None) -> dict[str, np.ndarray]:
+    # Over the cap before anything is decoded: json.loads holds every value as a Python object (~4 times the
+    # 8 bytes counted), so a body far over the cap must not get that far.
+    if max_bytes is not None and (bound := _json_number_bound(data) * VALUE_BYTES) > max_bytes:
+        raise _too_large("the data set", bound, max_bytes)
     try:
         document = json.loads(data.decode("utf-8-sig"), parse_constant=_reject_constant)
     except UnicodeDecodeError:

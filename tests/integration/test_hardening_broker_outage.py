@@ -166,3 +166,36 @@ def test_job_requeued_during_an_outage_is_sent_when_the_broker_returns(make_stac
     accepted = stack.submit(gaussian_spec(steps=50))
     assert accepted.status_code == 202, accepted.text
     assert stack.wait_status(accepted.json()["id"], {"succeeded", "failed"}, timeout=180)["status"] == "succeeded"
+
+
+def test_a_broker_restart_between_passes_resends_lost_messages_once(make_stack, broker) -> None:
+    """A restart quicker than a maintenance pass (no pass sees the broker down) is seen by Redis's run_id: the
+    queued job whose message the empty broker lost runs within seconds (not after the 600 s stale sweep),
+    exactly once."""
+    import redis
+
+    stack = make_stack("cluster", PARVIS_BROKER_URL=broker.url, PARVIS_REAPER_INTERVAL_SECONDS="4")
+    stack.start_worker()
+    busy_id = stack.submit(gaussian_spec(steps=1_000_000)).json()["id"]
+    stack.wait_status(busy_id, {"running"}, timeout=180)
+    waiting_id = stack.submit(gaussian_spec(steps=100)).json()["id"]
+    queue = stack.env["PARVIS_QUEUE"]
+    client = redis.Redis.from_url(broker.url)
+    try:
+        wait_for(lambda: client.llen(queue) == 1, 30, what="the waiting job's message in the broker")
+        time.sleep(1.0)  # the worker's maintenance loop has seen this server's run_id
+        broker.stop()
+        broker.start()  # empty, well within one pass (PARVIS_REAPER_INTERVAL_SECONDS=4)
+        assert client.llen(queue) == 0, "the restarted broker kept the message"
+    finally:
+        client.close()
+    assert stack.job(waiting_id)["status"] == "queued"
+    assert stack.client.post(f"/v1/jobs/{busy_id}/cancel").status_code == 202
+    stack.wait_status(busy_id, {"cancelled"}, timeout=120)
+
+    done = stack.wait_status(waiting_id, {"succeeded", "failed", "cancelled"}, timeout=90)
+    assert done["status"] == "succeeded" and done["attempt"] == 1, stack.log_tail()
+    assert "broker restarted since the last pass" in (stack.logs / "worker-0.log").read_text(errors="replace")
+    assert sum(len(a) for a in claims(stack, waiting_id).values()) == 1
+    time.sleep(2 * 4)  # more passes: the job is not sent again (a second message would log "not claimable")
+    assert not skipped_as_not_claimable(stack, waiting_id), stack.log_tail()

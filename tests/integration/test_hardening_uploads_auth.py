@@ -131,6 +131,27 @@ def test_a_zeros_bomb_is_refused_without_the_api_growing(open_stack: Stack) -> N
     assert open_stack.client.get("/v1/datasets").json()["datasets"] == []
 
 
+def test_a_large_json_body_is_refused_before_it_is_decoded(tmp_path: Path) -> None:
+    """8 M numbers (32 MB of JSON) against a 16 MB parsed-size cap: 413 with the API growing by about the body
+    it holds, not by the Python objects json.loads would make of it (~32 bytes a value: 250+ MB)."""
+    stack = start(tmp_path, PARVIS_MAX_DATASET_DECOMPRESSED_BYTES=str(16 * MB))
+    try:
+        values = 8_000_000
+        body = b'{"X": [[' + b",".join([b"0.5"] * values) + b"]]}"
+        with peak_rss_growth(stack.api.pid) as memory:
+            problem = assert_problem(stack.client.post("/v1/datasets", content=body,
+                                                       headers={"Content-Type": "application/json"}),
+                                     413, "dataset_too_large")
+        assert "16,000,000" in problem["detail"] and "64,000,000" in problem["detail"]
+        assert memory["growth"] < 3 * len(body), f"the API grew by {memory['growth'] / MB:.0f} MB"
+        # Under the cap the same shape still uploads.
+        small = b'{"X": [[' + b",".join([b"0.5"] * 1000) + b"]]}"
+        assert stack.client.post("/v1/datasets", content=small,
+                                 headers={"Content-Type": "application/json"}).status_code == 201
+    finally:
+        stack.stop()
+
+
 def test_lying_and_malformed_archives_get_4xx_never_500(open_stack: Stack) -> None:
     client = open_stack.client
     assert_problem(client.post("/v1/datasets", content=lying_header((2_000_000, 10_000)), headers=NPZ), 413,

@@ -178,3 +178,56 @@ def test_sweep_takes_at_most_limit_per_pass_and_the_next_pass_the_rest(sessions,
         assert len(first.jobs) == 3 and len(second.jobs) == 2
         assert set(first.jobs) | set(second.jobs) == expired
         assert not sweep_expired(session, store, limit=3)
+
+
+class RefusingStore(LocalArtifactStore):
+    """A real folder store whose deletions fail while `refusing` is set (a store outage)."""
+
+    refusing = True
+
+    def delete_prefix(self, prefix: str) -> None:
+        if self.refusing:
+            raise OSError("store unavailable")
+        super().delete_prefix(prefix)
+
+
+def test_failed_byte_deletions_stay_recorded_until_a_later_sweep_succeeds(sessions, tmp_path: Path) -> None:
+    from app.data.models import PendingDeletion
+
+    store = RefusingStore(tmp_path / "refusing")
+    with sessions() as session:
+        job_id, sampler_id = add_job(session, store, "succeeded", PAST, with_sampler=True)
+        assert sweep_expired(session, store).jobs == [job_id]
+        assert job_id not in ids(session, Job)  # the row went at once
+        pending = {row.prefix: row for row in session.execute(select(PendingDeletion)).scalars()}
+        assert {f"jobs/{job_id}", f"samplers/{sampler_id}"} <= set(pending)
+        assert all(row.attempts == 1 and "store unavailable" in row.last_error for row in pending.values())
+        assert not sweep_expired(session, store)  # nothing left to expire; the bytes are retried (and fail)
+        session.expire_all()
+        assert {row.attempts for row in session.execute(select(PendingDeletion)).scalars()} == {2}
+        assert store.exists(f"jobs/{job_id}/particles.npy")
+
+        store.refusing = False
+        sweep_expired(session, store)
+        assert session.execute(select(PendingDeletion)).first() is None
+        assert not store.exists(f"jobs/{job_id}/particles.npy")
+        assert not store.exists(f"samplers/{sampler_id}/sampler.zip")
+
+
+def test_client_retention_is_bounded_by_the_tenant_maximum() -> None:
+    from app.api.problems import Problem
+    from app.api.retention import requested_expiry
+    from app.data.retention import max_retention_for
+
+    now = utcnow()
+    settings = Settings(retention_days=1, retention_days_by_tenant={"keeper": 0})
+    assert max_retention_for(settings, "t") == timedelta(days=1)
+    assert max_retention_for(settings, "keeper") is None  # keeps forever: any retention may be asked
+    assert requested_expiry(settings, "t", None, now) == now + timedelta(days=1)
+    assert requested_expiry(settings, "t", 60, now) == now + timedelta(seconds=60)
+    assert requested_expiry(settings, "keeper", 10**8, now) == now + timedelta(seconds=10**8)
+    with pytest.raises(Problem) as refused:
+        requested_expiry(settings, "t", 86_401, now)
+    assert refused.value.status == 422 and refused.value.code == "retention_too_long"
+    longer = Settings(retention_days=1, max_retention_days=7)
+    assert requested_expiry(longer, "t", 7 * 86_400, now) == now + timedelta(days=7)

@@ -13,10 +13,10 @@ from starlette.concurrency import run_in_threadpool
 from app.api.deps import CurrentTenant, SessionDep, SettingsDep, StoreDep
 from app.api.pagination import clamp_page_size, decode_token, encode_token
 from app.api.problems import Problem, not_found
-from app.api.retention import expired
+from app.api.retention import RETENTION_QUERY_DESCRIPTION, expired, requested_expiry
 from app.data.datasets import owned_dataset, save_dataset
 from app.data.models import Artifact, DatasetRecord, Job, JobDataset, utcnow
-from app.data.retention import expires_at_for, is_expired, not_expired
+from app.data.retention import delete_bytes, is_expired, not_expired
 from inference_core.datasets import DatasetTooLarge, UnsupportedMediaType, parse_dataset_upload
 
 router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
@@ -85,9 +85,11 @@ async def upload_dataset(
     target_column: Annotated[str | None, Query(description="CSV: y column (index, header name, or 'none')")]
     = None,
     header: Annotated[bool | None, Query(description="CSV: first line is a header (default: detect)")] = None,
+    retention_seconds: Annotated[int | None, Query(ge=1, description=RETENTION_QUERY_DESCRIPTION)] = None,
 ) -> DatasetOut:
     """Body: JSON `{"X": [[..]], "y": [..]}`, a `.npz` (arrays X, y), or CSV (last column is y unless
     `target_column` says otherwise) — sent raw with its Content-Type, or as multipart field `file`."""
+    expires_at = requested_expiry(settings, tenant, retention_seconds)  # 422 before the body is read
     media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if media_type == "multipart/form-data":
         form = await request.form()
@@ -119,7 +121,7 @@ async def upload_dataset(
         except ValueError as exc:
             raise Problem(422, "dataset_invalid", str(exc)) from None
         record, artifact = save_dataset(session, store, tenant, dataset, name=name,
-                                        source_media_type=media_type, expires_at=expires_at_for(settings, tenant))
+                                        source_media_type=media_type, expires_at=expires_at)
         return dataset_out(record, artifact)
 
     return await run_in_threadpool(parse_and_store)
@@ -171,6 +173,5 @@ def delete_dataset(dataset_id: str, session: SessionDep, tenant: CurrentTenant, 
         raise Problem(409, "dataset_in_use", f"job {live} is queued or running with this dataset")
     path = _artifact(session, dataset_id).path
     session.execute(delete(DatasetRecord).where(DatasetRecord.id == dataset_id, DatasetRecord.tenant_id == tenant))
-    session.commit()
-    store.delete_prefix(path.rsplit("/", 1)[0])
+    delete_bytes(session, store, [path.rsplit("/", 1)[0]])  # commits; a failed deletion is retried by the sweeper
     return Response(status_code=204)

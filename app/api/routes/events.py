@@ -2,17 +2,15 @@
 heartbeats in between, and the stream ends after the job reaches a terminal state.
 
 A stream holds no database connection between its reads: the ownership check and each snapshot open and
-close their own short session. Open streams are capped per tenant (`max_streams_per_tenant`), counted in
-this API process: with N API processes a tenant may hold up to N times the cap."""
+close their own short session. Open streams are capped per tenant (`max_streams_per_tenant`), counted across
+API processes on the cluster shape (app/api/stream_slots.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import threading
 import time
-from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
@@ -21,61 +19,26 @@ from starlette.concurrency import run_in_threadpool
 from starlette.types import Receive, Scope, Send
 
 from app.api.deps import CurrentTenant, SettingsDep
-from app.api.problems import DATABASE_UNAVAILABLE_ERRORS, Problem
+from app.api.problems import DATABASE_UNAVAILABLE_ERRORS
 from app.api.routes.jobs import job_out, owned_job, sampler_ids
+from app.api.stream_slots import StreamSlot
 from app.data.models import TERMINAL_STATUSES
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
 HEARTBEAT_SECONDS = 15.0
-STREAM_RETRY_AFTER_SECONDS = 10
-
-
-class StreamSlots:
-    """Open event streams per tenant in this process."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._open: Counter[str] = Counter()
-
-    def acquire(self, tenant: str, cap: int) -> Callable[[], None]:
-        """A release function for a new slot, or 429 `too_many_streams` when the tenant is at its cap."""
-        with self._lock:
-            if self._open[tenant] >= cap:
-                raise Problem(429, "too_many_streams",
-                              f"{self._open[tenant]} event streams are open for this tenant; the limit is {cap}",
-                              headers={"Retry-After": str(STREAM_RETRY_AFTER_SECONDS)})
-            self._open[tenant] += 1
-        released = False
-
-        def release() -> None:
-            nonlocal released
-            with self._lock:
-                if not released:
-                    released = True
-                    self._open[tenant] -= 1
-                    if self._open[tenant] <= 0:
-                        del self._open[tenant]
-
-        return release
-
-    def open_count(self, tenant: str) -> int:
-        with self._lock:
-            return self._open[tenant]
-
-
 class SlotStreamingResponse(StreamingResponse):
     """Gives its stream slot back however the response ends: terminal event, client gone, or error."""
 
-    def __init__(self, content: AsyncIterator[str], release: Callable[[], None], **kwargs: Any):
+    def __init__(self, content: AsyncIterator[str], slot: StreamSlot, **kwargs: Any):
         super().__init__(content, **kwargs)
-        self._release = release
+        self._slot = slot
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             await super().__call__(scope, receive, send)
         finally:
-            self._release()
+            await run_in_threadpool(self._slot.release)  # a Redis call on the cluster shape
 
 
 @router.get("/{job_id}/events", response_class=StreamingResponse,
@@ -91,7 +54,9 @@ def job_events(
     factory = request.app.state.session_factory
     with factory() as session:  # closed before the stream starts
         owned_job(session, tenant, job_id)  # 404 before the stream starts
-    release = request.app.state.stream_slots.acquire(tenant, settings.max_streams_per_tenant)
+    slot = request.app.state.stream_slots.acquire(tenant, settings.max_streams_per_tenant)
+    # A shared slot is leased for `stream_slot_ttl_seconds` and renewed between reads: read at least thrice a TTL.
+    poll_seconds = min(poll_seconds, settings.stream_slot_ttl_seconds / 3)
 
     def snapshot() -> dict | None:
         """The job as the client sees it, or None while the database is unreachable (the stream waits)."""
@@ -108,6 +73,8 @@ def job_events(
         last_sent = time.monotonic()
         event_id = 0
         while not await request.is_disconnected():
+            if slot.renew_due():
+                await run_in_threadpool(slot.renew)
             state = await run_in_threadpool(snapshot)
             if state is not None and state != last:
                 event_id += 1
@@ -121,8 +88,8 @@ def job_events(
             await asyncio.sleep(poll_seconds)
 
     try:
-        return SlotStreamingResponse(stream(), release, media_type="text/event-stream",
+        return SlotStreamingResponse(stream(), slot, media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
     except BaseException:
-        release()
+        slot.release()
         raise

@@ -16,7 +16,7 @@ from app.api.deps import CurrentTenant, SenderDep, SessionDep, SettingsDep, Stor
 from app.api.negotiation import array_response, load_npy
 from app.api.pagination import clamp_page_size, decode_token, encode_token
 from app.api.problems import Problem, not_found
-from app.api.retention import expired
+from app.api.retention import RETENTION_QUERY_DESCRIPTION, expired, requested_expiry
 from app.api.schemas import JobError, JobList, JobOut, MetricPointOut, MetricTrace, Progress
 from app.data.datasets import owned_dataset
 from app.data.jobs import new_id
@@ -32,7 +32,7 @@ from app.data.models import (
 )
 from app.data.queue import enqueue_job
 from app.data.quota import lock_tenant_jobs
-from app.data.retention import expires_at_for, is_expired, job_is_expired, job_is_live
+from app.data.retention import delete_bytes, is_expired, job_is_expired, job_is_live
 from app.data.settings import Settings
 from inference_core.catalog import TARGET_KINDS
 from inference_core.datasets import dataset_ref_ids
@@ -136,6 +136,8 @@ def _replay(job: Job, fingerprint: str, session: Session) -> JSONResponse:
     if job.spec_sha256 != fingerprint:
         raise Problem(422, "idempotency_key_reused",
                       "this Idempotency-Key was already used with a different request body")
+    if job_is_expired(job):  # the job it names is gone for the client (once swept, the key is free again)
+        raise expired("job", job.id, job.expires_at)
     out = job_out(job, sampler_ids(session, [job.id]).get(job.id))
     return JSONResponse(out.model_dump(mode="json"), status_code=200, headers={"Location": f"/v1/jobs/{job.id}"})
 
@@ -153,8 +155,10 @@ def submit_job(
     settings: SettingsDep,
     sender: SenderDep,
     idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key", max_length=255)] = None,
+    retention_seconds: Annotated[int | None, Query(ge=1, description=RETENTION_QUERY_DESCRIPTION)] = None,
 ) -> JSONResponse:
     spec = validate_job_spec(body, limits_from(settings))
+    expires_at = requested_expiry(settings, tenant, retention_seconds)  # 422 before anything is stored
     dataset_ids = check_dataset_refs(session, tenant, spec.target, settings)
     if dataset_ids and (dim := dataset_target_dim(session, tenant, spec.target)) is not None:
         check_job_memory(spec, dim, limits_from(settings))  # validate_job_spec checked the others
@@ -199,7 +203,7 @@ def submit_job(
         created_at=now,
         updated_at=now,
         enqueued_at=now,
-        expires_at=expires_at_for(settings, tenant, now),
+        expires_at=expires_at,
     )
     session.add(job)
     session.add_all(JobDataset(job_id=job.id, dataset_id=dataset_id) for dataset_id in dataset_ids)
@@ -363,10 +367,7 @@ def delete_job(job_id: str, session: SessionDep, tenant: CurrentTenant, store: S
         or_(Artifact.job_id == job.id, Artifact.sampler_id.in_(select(Sampler.id).where(Sampler.job_id == job.id)))
     )).scalars())
     session.execute(delete(Job).where(Job.id == job.id, Job.tenant_id == tenant))
-    session.commit()
-    for path in paths:
-        store.delete_prefix(path)
-    store.delete_prefix(f"jobs/{job.id}")
+    delete_bytes(session, store, [*paths, f"jobs/{job.id}"])  # commits; a failed deletion is retried by the sweeper
     logger.info("job deleted id=%s tenant=%s", job.id, tenant)
     return Response(status_code=204)
 

@@ -3,17 +3,21 @@ targets, from their stored predictor) and `POST /v1/samplers/{id}/predict` (samp
 predictive `model`: BNN hypernetworks, function-space samplers). See docs/prediction.md.
 
 Inputs and outputs are in the data's original units. Loaded predictors are cached in the process (the
-sampler cache, keyed by the artifact's sha256). torch is imported only when a prediction is computed.
+sampler cache, keyed by the artifact's sha256). torch is imported only when a prediction is computed. Checks and
+reads run in the request threadpool with a short-lived session; loading and predicting run in the bounded
+compute pool (app.api.sampling), like /sample's draws, so at most `sample_concurrency` of them run at once.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 import orjson
 from fastapi import APIRouter, Body, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy import select
+from starlette.concurrency import run_in_threadpool
 
 from app.api.deps import CurrentTenant, SettingsDep, StoreDep
 from app.api.problems import Problem
@@ -89,7 +93,9 @@ def unsupported(detail: str) -> Problem:
     return Problem(422, "predict_unsupported", detail)
 
 
-def answer(predictor: Any, request: PredictRequest) -> Response:
+def answer(predictor: Any, request: PredictRequest) -> bytes:
+    """The JSON answer (computed in the compute pool, like /sample's draws: one intra-op thread, so concurrent
+    answers are bit-identical to a lone one)."""
     from inference_core.prediction import PredictionUnsupported
 
     one_intra_op_thread()
@@ -99,7 +105,13 @@ def answer(predictor: Any, request: PredictRequest) -> Response:
         raise unsupported(str(exc)) from None
     except ValueError as exc:
         raise Problem(422, "input_invalid", str(exc)) from None
-    body = orjson.dumps(result, option=orjson.OPT_SERIALIZE_NUMPY)
+    return orjson.dumps(result, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+async def computed(request: Request, predictor: Callable[[], Any], parsed: PredictRequest) -> Response:
+    """Loads (cache) and predicts in the bounded compute pool (app.api.sampling), never in the request
+    threadpool that polls need, and with no database session open."""
+    body = await request.app.state.compute.run(lambda: answer(predictor(), parsed))
     return Response(body, media_type="application/json")
 
 
@@ -108,22 +120,39 @@ def cached_predictor(request: Request, sha256: str, load: Any) -> Any:
     return request.app.state.sampler_cache.get(f"predict:{sha256}", load)
 
 
-def sampler_predictor(request: Request, store: Any, record: Sampler, weights: Artifact) -> Any:
+def sampler_predictor(request: Request, store: Any, weights_path: str, weights_sha256: str) -> Callable[[], Any]:
     def load() -> Any:
         from inference_core.prediction import predictor_from_sampler
         from inference_core.samplers import load as load_sampler
 
-        return predictor_from_sampler(load_sampler(store.get(weights.path)))
+        return predictor_from_sampler(load_sampler(store.get(weights_path)))
 
-    return cached_predictor(request, weights.sha256, load)
+    return lambda: cached_predictor(request, weights_sha256, load)
+
+
+def ensemble_predictor(request: Request, store: Any, path: str, sha256: str) -> Callable[[], Any]:
+    def load() -> Any:
+        from inference_core.prediction import load_ensemble
+
+        return load_ensemble(store.get(path))
+
+    return lambda: cached_predictor(request, sha256, load)
 
 
 @router.post("/v1/jobs/{job_id}/predict", **ROUTE_DOCS)
-def predict_job(job_id: str, request: Request, body: Annotated[Any, Body()], tenant: CurrentTenant,
-                settings: SettingsDep, store: StoreDep) -> Response:
+async def predict_job(job_id: str, request: Request, body: Annotated[Any, Body()], tenant: CurrentTenant,
+                      settings: SettingsDep, store: StoreDep) -> Response:
     """Posterior predictive of a particle job on a `bnn` or `function_posterior` target (its final particles,
     all of them unless `n` asks for the first n); a generative job answers with its sampler's predictive."""
-    with request.app.state.session_factory() as session:  # closed before any loading or computing
+    parsed, predictor = await run_in_threadpool(job_predictor, request, tenant, job_id, body, settings, store)
+    return await computed(request, predictor, parsed)
+
+
+def job_predictor(request: Request, tenant: str, job_id: str, body: Any, settings: Settings,
+                  store: Any) -> tuple[PredictRequest, Callable[[], Any]]:
+    """The parsed request and what computes the job's answer, from a session closed on return; 404, 422, 409
+    and 413 first."""
+    with request.app.state.session_factory() as session:
         job = owned_job(session, tenant, job_id)
         parsed = parse_request(body)
         if job.status != "succeeded":
@@ -143,27 +172,29 @@ def predict_job(job_id: str, request: Request, body: Annotated[Any, Body()], ten
             weights = None if record is None else sampler_artifacts(session, record.id).get("weights")
     if artifact is not None:
         check_size(parsed, parsed.n or num_particles, settings)
-        path, sha256 = artifact.path, artifact.sha256
-
-        def load() -> Any:
-            from inference_core.prediction import load_ensemble
-
-            return load_ensemble(store.get(path))
-
-        return answer(cached_predictor(request, sha256, load), parsed)
+        return parsed, ensemble_predictor(request, store, artifact.path, artifact.sha256)
     if record is None or weights is None or record.config.get("model") is None:
         raise unsupported("this job stored no predictive model (a function_posterior job whose prior has no "
                           "network keeps only function values at the training inputs)")
     check_size(parsed, parsed.n or SAMPLER_DEFAULT_DRAWS, settings)
-    return answer(sampler_predictor(request, store, record, weights), parsed)
+    return parsed, sampler_predictor(request, store, weights.path, weights.sha256)
 
 
 @router.post("/v1/samplers/{sampler_id}/predict", **ROUTE_DOCS)
-def predict_sampler(sampler_id: str, request: Request, body: Annotated[Any, Body()], tenant: CurrentTenant,
-                    settings: SettingsDep, store: StoreDep) -> Response:
+async def predict_sampler(sampler_id: str, request: Request, body: Annotated[Any, Body()], tenant: CurrentTenant,
+                          settings: SettingsDep, store: StoreDep) -> Response:
     """Posterior predictive of a trained sampler with a predictive model (BNN hypernetwork, function-space
     sampler) from `n` seeded draws (default 100)."""
-    with request.app.state.session_factory() as session:  # closed before any loading or computing
+    parsed, predictor = await run_in_threadpool(sampler_predictor_of, request, tenant, sampler_id, body, settings,
+                                                store)
+    return await computed(request, predictor, parsed)
+
+
+def sampler_predictor_of(request: Request, tenant: str, sampler_id: str, body: Any, settings: Settings,
+                         store: Any) -> tuple[PredictRequest, Callable[[], Any]]:
+    """The parsed request and what computes the sampler's answer, from a session closed on return; 404, 422
+    and 413 first."""
+    with request.app.state.session_factory() as session:
         record = owned_sampler(session, tenant, sampler_id)
         parsed = parse_request(body)
         if record.config.get("model") is None:
@@ -173,4 +204,4 @@ def predict_sampler(sampler_id: str, request: Request, body: Annotated[Any, Body
         weights = sampler_artifacts(session, record.id).get("weights")
     if weights is None:
         raise Problem(404, "not_found", "this sampler has no stored weights")
-    return answer(sampler_predictor(request, store, record, weights), parsed)
+    return parsed, sampler_predictor(request, store, weights.path, weights.sha256)

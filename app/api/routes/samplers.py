@@ -20,7 +20,7 @@ from app.api.problems import Problem, not_found
 from app.api.retention import expired
 from app.api.sampling import BYTES_PER_VALUE, draw, values_per_draw
 from app.data.models import Artifact, Sampler, utcnow
-from app.data.retention import is_expired, not_expired
+from app.data.retention import delete_bytes, is_expired, not_expired
 from app.data.samplers import ONNX_MEDIA_TYPE, ZIP_MEDIA_TYPE
 
 router = APIRouter(prefix="/v1/samplers", tags=["samplers"])
@@ -218,9 +218,8 @@ def delete_sampler(sampler_id: str, request: Request, session: SessionDep, tenan
     sampler = owned_sampler(session, tenant, sampler_id)
     artifacts = sampler_artifacts(session, sampler.id)
     session.execute(delete(Sampler).where(Sampler.id == sampler.id, Sampler.tenant_id == tenant))
-    session.commit()
+    # Commits; a failed deletion is retried by the sweeper.
+    delete_bytes(session, store, [*(artifact.path for artifact in artifacts.values()), f"samplers/{sampler.id}"])
     for artifact in artifacts.values():
         request.app.state.sampler_cache.discard(artifact.sha256)
-        store.delete_prefix(artifact.path)
-    store.delete_prefix(f"samplers/{sampler.id}")
     return Response(status_code=204)

@@ -246,3 +246,27 @@ def test_parsed_formats_agree() -> None:
     from_npz = parse(npz(X=np.array([[1.5, 2.0], [3.0, 4.0]]), y=np.array([1, 0])), "application/zip")
     assert from_json.same_arrays(from_csv) and from_json.same_arrays(from_npz)
     assert dataset_digest(from_json) == dataset_digest(from_npz)
+
+
+def test_json_number_bound_counts_every_number_from_the_bytes() -> None:
+    """The pre-decode bound against json.loads' own count (numbers of the decoded document), including numbers
+    that straddle the scan's chunk boundaries."""
+    from inference_core.datasets.uploads import _READ_CHUNK, _json_number_bound
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((_READ_CHUNK // 20, 3)) * 10.0 ** rng.integers(-5, 5, size=(_READ_CHUNK // 20, 3))
+    y = rng.integers(-3, 3, size=X.shape[0])
+    for body in (json.dumps({"X": X.tolist(), "y": y.tolist()}).encode(),
+                 json.dumps({"X_test": [[-1e-3, 2E+5, 0.5]], "X": [[1, 2, 3]]}, indent=2).encode()):
+        document = json.loads(body)
+        numbers = sum(np.asarray(value).size for value in document.values())
+        assert numbers <= _json_number_bound(body) <= numbers + len(document)  # keys such as "X_test" hold an e
+
+
+def test_json_over_the_memory_cap_is_refused_before_decoding() -> None:
+    from inference_core.datasets.uploads import DatasetTooLarge
+
+    body = b'{"X": [' + b",".join([b"[0.5]"] * 1000) + b"]}"
+    with pytest.raises(DatasetTooLarge, match="8,000 bytes"):
+        parse(body, "application/json", max_bytes=7999, max_rows=1000)
+    assert parse(body, "application/json", max_bytes=8000, max_rows=1000).X.shape == (1000, 1)
