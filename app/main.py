@@ -22,12 +22,7 @@ from app.api.middleware import (
 from app.api.observability import install_metrics
 from app.api.openapi import add_problem_responses
 from app.api.problems import install_problem_handlers
-<<<<<<< HEAD
 from app.api.routes import catalog, datasets, density, events, health, jobs, predict, samplers, targets
-from app.api.routes.events import StreamSlots
-=======
-from app.api.routes import catalog, datasets, events, health, jobs, predict, samplers, targets
->>>>>>> hardening
 from app.api.sampler_cache import SamplerCache
 from app.api.sampling import ComputePool, default_concurrency
 from app.api.stream_slots import make_stream_slots
