@@ -1,0 +1,174 @@
+"""The client commands of `parvis` and the README's examples, run as a user runs them (subprocesses, real
+HTTP) against a spawned `parvis serve`: outputs, progress on stderr, one-line errors with the problem code
+and the exit statuses (0 ok, 1 error, 2 usage, 3 a waited-for job failed or was cancelled)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+
+import parvis
+from app.cli import build_parser
+from tests.support.serve import client_env
+from tests.support.stack import free_port
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+GAUSSIAN = {"kind": "gaussian", "mean": [1.0, -2.0], "cov": [[1.0, 0.8], [0.8, 2.0]]}
+CLIENT_COMMANDS = ["submit", "status", "watch", "cancel", "jobs", "sample", "particles", "download", "methods",
+                   "targets"]
+
+
+def parvis_cli(served: Any, cwd: Path, *args: str, stdin: str | None = None,
+               url: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = client_env(cwd, url or served.url)
+    return subprocess.run([sys.executable, "-m", "app.cli", *args], cwd=cwd, env=env, input=stdin,
+                          capture_output=True, text=True, timeout=300)
+
+
+def one_error_line(result: subprocess.CompletedProcess[str], code: str) -> str:
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("parvis: error: ") and lines[0].endswith(f"[{code}]"), lines[0]
+    return lines[0]
+
+
+def test_submit_wait_status_sample_download(served: Any, tmp_path: Path) -> None:
+    spec = {"method": "gpvi", "num_particles": 100, "steps": 300, "options": {"helper": "matrix"}, "target": GAUSSIAN}
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    submitted = parvis_cli(served, tmp_path, "submit", "spec.json", "--wait")
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = submitted.stdout.strip()
+    assert re.fullmatch(r"job_[0-9a-f]+", job_id)
+    assert "300/300 steps" in submitted.stderr and "%|" in submitted.stderr  # the live bar
+    assert re.search(rf"{job_id}\s+succeeded\s+step 300/300", submitted.stderr)  # the final line
+
+    sampler_id = parvis_cli(served, tmp_path, "status", job_id, "--field", "sampler_id").stdout.strip()
+    assert sampler_id.startswith("smp_")
+    assert json.loads(parvis_cli(served, tmp_path, "status", job_id, "--json").stdout)["id"] == job_id
+    assert "succeeded" in parvis_cli(served, tmp_path, "status", job_id).stdout
+
+    for output in ("draws.npy", "draws.csv"):
+        assert parvis_cli(served, tmp_path, "sample", sampler_id, "-n", "200", "--seed", "4", "-o",
+                          output).returncode == 0
+    expected = np.asarray(httpx.post(f"{served.url}/v1/samplers/{sampler_id}/sample", json={"n": 200, "seed": 4},
+                                     timeout=60).json()["samples"], dtype=np.float32)
+    np.testing.assert_array_equal(np.load(tmp_path / "draws.npy", allow_pickle=False), expected)
+    np.testing.assert_array_equal(np.loadtxt(tmp_path / "draws.csv", delimiter=",", skiprows=1, dtype=np.float32),
+                                  expected)
+    # A job id stands for its sampler.
+    assert parvis_cli(served, tmp_path, "sample", job_id, "-n", "200", "--seed", "4", "-o", "again.npy").returncode == 0
+    np.testing.assert_array_equal(np.load(tmp_path / "again.npy"), expected)
+
+    downloaded = parvis_cli(served, tmp_path, "download", sampler_id, "-o", "s.zip")
+    assert downloaded.returncode == 0 and downloaded.stdout.strip() == "s.zip"
+    np.testing.assert_array_equal(parvis.load_sampler(tmp_path / "s.zip").sample(200, seed=4), expected)
+
+    assert parvis_cli(served, tmp_path, "particles", job_id, "-o", "p.npy").returncode == 0
+    particles = httpx.get(f"{served.url}/v1/jobs/{job_id}/particles", timeout=60).json()["particles"]
+    np.testing.assert_array_equal(np.load(tmp_path / "p.npy"), np.asarray(particles, dtype=np.float32))
+
+    listed = parvis_cli(served, tmp_path, "jobs", "--status", "succeeded").stdout.splitlines()
+    assert listed[0].split("\t")[:2] == ["id", "status"]
+    assert any(line.startswith(f"{job_id}\tsucceeded\tgpvi\t300/300") for line in listed[1:])
+    watched = parvis_cli(served, tmp_path, "watch", job_id, "-q")
+    assert watched.returncode == 0 and "succeeded" in watched.stderr and "%|" not in watched.stderr
+    methods = parvis_cli(served, tmp_path, "methods").stdout.splitlines()
+    assert {"svgd", "gpvi", "auto"} <= {line.split("\t")[0] for line in methods}
+    assert "gaussian" in {line.split("\t")[0] for line in parvis_cli(served, tmp_path, "targets").stdout.splitlines()}
+
+
+def test_errors_are_one_line_with_the_code_and_exit_statuses(served: Any, tmp_path: Path) -> None:
+    missing = parvis_cli(served, tmp_path, "status", "job_missing")
+    assert missing.returncode == 1
+    assert one_error_line(missing, "not_found") == "parvis: error: no job with id 'job_missing' [not_found]"
+
+    bad = {"method": "svgd", "steps": 10, "target": {"kind": "gaussian", "mean": [0, 0], "cov": [[1, 2], [2, 1]]}}
+    invalid = parvis_cli(served, tmp_path, "submit", "-", stdin=json.dumps(bad))
+    assert invalid.returncode == 1 and "positive definite" in one_error_line(invalid, "target_invalid")
+
+    (tmp_path / "broken.yaml").write_text("method: [svgd\n")
+    unreadable = parvis_cli(served, tmp_path, "submit", "broken.yaml")
+    assert unreadable.returncode == 1 and one_error_line(unreadable, "spec_unreadable")
+
+    nowhere = parvis_cli(served, tmp_path, "jobs", url=f"http://127.0.0.1:{free_port()}")
+    assert nowhere.returncode == 1 and one_error_line(nowhere, "connection_failed")
+
+    failing = {"method": "svgd", "num_particles": 10, "steps": 50,
+               "target": {"kind": "expression", "dim": 1, "log_prob": "log(-1 - x[0]**2)"}}
+    (tmp_path / "failing.yaml").write_text(f"method: svgd\nnum_particles: 10\nsteps: 50\ntarget: "
+                                           f"{json.dumps(failing['target'])}\n")
+    failed = parvis_cli(served, tmp_path, "submit", "failing.yaml", "--wait", "-q")
+    assert failed.returncode == 3 and failed.stdout.strip().startswith("job_")
+    assert failed.stderr.strip().splitlines()[-1].endswith("[target_nonfinite]")
+
+    usage = parvis_cli(served, tmp_path, "sample", "smp_x", "-o", "d.npy")  # -n missing
+    assert usage.returncode == 2 and "-n" in usage.stderr
+    wrong_suffix = parvis_cli(served, tmp_path, "particles", failed.stdout.strip(), "-o", "p.txt")
+    assert wrong_suffix.returncode == 1 and one_error_line(wrong_suffix, "job_not_finished")
+
+
+def test_cancel_and_watch_a_cancelled_job(served: Any, tmp_path: Path) -> None:
+    long_spec = {"method": "svgd", "num_particles": 1000, "steps": 1_000_000, "target": GAUSSIAN}
+    job_id = parvis_cli(served, tmp_path, "submit", "-", stdin=json.dumps(long_spec)).stdout.strip()
+    cancelled = parvis_cli(served, tmp_path, "cancel", job_id)
+    assert cancelled.returncode == 0 and cancelled.stdout.startswith(job_id)
+    watched = parvis_cli(served, tmp_path, "watch", job_id)
+    assert watched.returncode == 3 and watched.stderr.strip().splitlines()[-1].endswith("[cancelled]")
+    again = parvis_cli(served, tmp_path, "cancel", job_id)  # idempotent
+    assert again.returncode == 0 and again.stdout.split()[:2] == [job_id, "cancelled"]
+
+
+def test_help_everywhere(served: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    top = parvis_cli(served, tmp_path, "--help")
+    assert top.returncode == 0 and all(command in top.stdout for command in [*CLIENT_COMMANDS, "serve", "keys"])
+    for command in CLIENT_COMMANDS:
+        with pytest.raises(SystemExit) as exited:
+            build_parser().parse_args([command, "--help"])
+        assert exited.value.code == 0
+        shown = capsys.readouterr().out
+        assert f"usage: parvis {command}" in shown and "--url" in shown and "--api-key" in shown
+
+
+def _readme_block(heading: str, language: str, index: int = 0) -> str:
+    text = (ROOT / "README.md").read_text()
+    section = text.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    return re.findall(rf"```{language}\n(.*?)```", section, flags=re.S)[index]
+
+
+def test_readme_examples_run_as_pasted(served: Any, tmp_path: Path) -> None:
+    """The README's client, CLI, try-it and sampler examples, verbatim but for the service's address (the
+    README's localhost:8000 is this test's port; `parvis` and the client read it from $PARVIS_URL)."""
+    env = client_env(tmp_path, served.url)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"  # `parvis` and `python3`
+    address = served.url.removeprefix("http://")
+
+    def bash(block: str) -> str:
+        result = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", block.replace("localhost:8000", address)],
+                                cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    tried = bash(_readme_block("Try it", "bash"))
+    assert '"shape":[200,2]' in tried.replace(" ", "")
+    sampled = bash(_readme_block("Trained samplers: fresh posterior draws on demand", "bash"))
+    assert '"samples"' in sampled and np.load(tmp_path / "draws.npy").shape == (10000, 2)
+    assert (tmp_path / "sampler.zip").stat().st_size > 0
+    bash(_readme_block("Command line", "bash"))
+    assert (tmp_path / "particles.csv").read_text().splitlines()[0] == "x[0],x[1]"
+
+    script = _readme_block("Python client", "python", 0) + _readme_block("Python client", "python", 1)
+    result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[0] == "target_invalid" and "x[1]" in result.stdout
