@@ -288,6 +288,14 @@ def _save_stream(chunks: Any, path: Path) -> None:
     partial.replace(path)
 
 
+async def _save_async_stream(chunks: Any, path: Path) -> None:
+    partial = path.with_name(path.name + ".part")
+    with open(partial, "wb") as out:  # local writes of network-sized chunks: not worth a thread each
+        async for chunk in chunks:
+            out.write(chunk)
+    partial.replace(path)
+
+
 class AsyncClient(_Operations):
     """The asyncio twin of `Client`: the same methods, awaited (`await client.wait(job)`)."""
 
@@ -329,8 +337,7 @@ class AsyncClient(_Operations):
                         await response.aread()
                         raise _problem(response)
                     if call.stream_to is not None:
-                        content = b"".join([chunk async for chunk in response.aiter_bytes()])
-                        await asyncio.to_thread(_save_stream, [content], call.stream_to)
+                        await _save_async_stream(response.aiter_bytes(), call.stream_to)
                         return Reply(response.status_code, dict(response.headers), b"")
                     return Reply(response.status_code, dict(response.headers), response.content)
                 finally:

@@ -204,13 +204,14 @@ def test_sampler_draws_download_and_offline_sampling(client: Any, raw: httpx.Cli
     assert bad_format.value.code == "format_invalid" and not (tmp_path / "x").exists()
 
 
-def test_async_client(served: Any, raw: httpx.Client, gpvi_job: dict[str, Any]) -> None:
+def test_async_client(served: Any, raw: httpx.Client, gpvi_job: dict[str, Any], tmp_path: Path) -> None:
     async def scenario() -> tuple[dict[str, Any], np.ndarray, np.ndarray, str]:
         async with parvis.AsyncClient(served.url) as aclient:
             out = io.StringIO()
             job = await aclient.wait(await aclient.submit({**SVGD, "steps": 100}), file=out)
             particles = await aclient.particles(job)
             draws = await aclient.sampler(gpvi_job["sampler_id"]).sample(50, seed=3)
+            await aclient.download(gpvi_job, tmp_path / "async.zip")
             try:
                 await aclient.job("job_missing")
             except parvis.NotFoundError as exc:
@@ -218,6 +219,7 @@ def test_async_client(served: Any, raw: httpx.Client, gpvi_job: dict[str, Any]) 
             return job, particles, draws, out.getvalue() + code
 
     job, particles, draws, shown = asyncio.run(scenario())
+    assert (tmp_path / "async.zip").read_bytes() == raw.get(f"/v1/samplers/{gpvi_job['sampler_id']}/download").content
     assert job["status"] == "succeeded" and "100/100 steps" in shown and shown.endswith("not_found")
     np.testing.assert_array_equal(particles, np.asarray(raw.get(f"/v1/jobs/{job['id']}/particles").json()["particles"],
                                                         dtype=np.float32))
