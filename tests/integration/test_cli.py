@@ -18,7 +18,7 @@ import pytest
 
 import parvis
 from app.cli import build_parser
-from tests.support.serve import client_env
+from tests.support.serve import ServedParvis, client_env
 from tests.support.stack import free_port
 
 pytestmark = pytest.mark.integration
@@ -201,3 +201,35 @@ def test_light_distribution_works_without_torch(served: Any, tmp_path: Path) -> 
                          text=True, timeout=120)
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.split("\n")[:3] == ["succeeded (20, 1)", "torch_missing", "False"]
+
+
+def test_api_keys_from_the_option_the_environment_and_the_client(tmp_path: Path) -> None:
+    """A service with authentication on: the key from --api-key, $PARVIS_API_KEY or `api_key=`; none or a
+    wrong one is a one-line 401 `unauthorized`."""
+    service = ServedParvis(tmp_path / "auth", PARVIS_AUTH_ENABLED="1")
+    try:
+        service.wait_ready()
+        env = client_env(tmp_path)
+        env["PARVIS_DATA_DIR"] = str(service.root / "data")
+        created = subprocess.run([sys.executable, "-m", "app.cli", "keys", "create", "--tenant", "acme"], env=env,
+                                 capture_output=True, text=True, timeout=120)
+        key = created.stdout.strip().splitlines()[-1]
+        assert key.startswith("pvs_"), created.stderr
+
+        refused = parvis_cli(service, tmp_path, "jobs")
+        assert refused.returncode == 1 and one_error_line(refused, "unauthorized")
+        wrong = parvis_cli(service, tmp_path, "jobs", "--api-key", "pvs_wrong_key")
+        assert wrong.returncode == 1 and one_error_line(wrong, "unauthorized")
+        assert parvis_cli(service, tmp_path, "jobs", "--api-key", key).returncode == 0
+        with_env = subprocess.run([sys.executable, "-m", "app.cli", "methods"], cwd=tmp_path,
+                                  env={**client_env(tmp_path, service.url), "PARVIS_API_KEY": key},
+                                  capture_output=True, text=True, timeout=120)
+        assert with_env.returncode == 0 and "svgd" in with_env.stdout
+
+        with parvis.Client(service.url) as anonymous, pytest.raises(parvis.AuthenticationError) as denied:
+            anonymous.jobs()
+        assert denied.value.code == "unauthorized" and denied.value.status == 401
+        with parvis.Client(service.url, api_key=key) as client:
+            assert client.jobs() == []
+    finally:
+        service.stop()

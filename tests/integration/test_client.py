@@ -262,6 +262,9 @@ def test_bnn_predict_and_inference_data_named_by_the_layout(client: Any, raw: ht
 
     sampler_job = client.wait(client.submit({"method": "gpvi", "num_particles": 20, "steps": 40,
                                              "target": _bnn_target()}), progress=False)
+    on_sampler = client.sampler(sampler_job).predict(x, n=50, seed=2)
+    expected = raw.post(f"/v1/samplers/{sampler_job['sampler_id']}/predict", json={"x": x, "n": 50, "seed": 2}).json()
+    np.testing.assert_allclose(on_sampler["std"], expected["std"])
     from_sampler = client.inference_data(sampler_job["sampler_id"], n=30, seed=5)
     draws = client.sampler(sampler_job).sample(30, seed=5)
     np.testing.assert_array_equal(from_sampler.posterior["layer1.weight"].values[0], draws[:, 16:20].reshape(30, 1, 4))

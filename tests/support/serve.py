@@ -27,6 +27,7 @@ def client_env(home: Path, url: str | None = None) -> dict[str, str]:
 class ServedParvis:
     def __init__(self, root: Path, **settings: str):
         self.root = root
+        root.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = root / "serve.log"
