@@ -229,8 +229,8 @@ class Client(_Operations):
     def wait(self, job: JobRef, progress: bool = True, *, timeout: float | None = None, poll_interval: float = 0.5,
              use_events: bool = True, raise_on_failure: bool = True, file: Any = None) -> dict[str, Any]:
         """Block until the job finishes; its final state. `progress`: a live bar on stderr (step, loss or KSD,
-        ETA). Follows the job's event stream (SSE) and falls back to polling when the stream is
-        refused (429 `too_many_streams`) or breaks. Raises JobFailedError / JobCancelledError (with the job's
+        ETA). Follows the job's event stream (SSE) and falls back to polling when the stream is refused (429
+        `too_many_streams`), fails (5xx) or breaks. Raises JobFailedError / JobCancelledError (with the job's
         error code) unless `raise_on_failure=False`, WaitTimeoutError after `timeout` seconds."""
         job_id = calls.job_id_of(job)
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -251,8 +251,8 @@ class Client(_Operations):
         try:
             with self._http.stream("GET", f"/v1/jobs/{job_id}/events", headers={"Accept": "text/event-stream"},
                                    timeout=httpx.Timeout(10.0, read=read_timeout)) as response:
-                if response.status_code == 429:
-                    return None
+                if response.status_code == 429 or response.status_code >= 500:
+                    return None  # too_many_streams, or an outage: polling retries with back-off
                 if response.status_code >= 400:
                     response.read()
                     raise _problem(response)
@@ -372,8 +372,8 @@ class AsyncClient(_Operations):
             async with self._http.stream("GET", f"/v1/jobs/{job_id}/events",
                                          headers={"Accept": "text/event-stream"},
                                          timeout=httpx.Timeout(10.0, read=30.0)) as response:
-                if response.status_code == 429:
-                    return None
+                if response.status_code == 429 or response.status_code >= 500:
+                    return None  # too_many_streams, or an outage: polling retries with back-off
                 if response.status_code >= 400:
                     await response.aread()
                     raise _problem(response)
