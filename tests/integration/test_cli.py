@@ -166,6 +166,9 @@ def test_readme_examples_run_as_pasted(served: Any, tmp_path: Path) -> None:
     assert (tmp_path / "sampler.zip").stat().st_size > 0
     bash(_readme_block("Command line", "bash"))
     assert (tmp_path / "particles.csv").read_text().splitlines()[0] == "x[0],x[1]"
+    rmse, log_lik, predicted = bash(_readme_block(
+        "Bayesian neural networks: predictions, function-space methods, baselines", "bash")).split(maxsplit=2)
+    assert float(rmse) > 0 and np.isfinite(float(log_lik)) and len(json.loads(predicted)["mean"]) == 1
 
     script = _readme_block("Python client", "python", 0) + _readme_block("Python client", "python", 1)
     result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
