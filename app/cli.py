@@ -1,4 +1,6 @@
-"""`parvis` command line: serve (embedded API + worker), api, worker, db upgrade, keys create/list/revoke."""
+"""`parvis` command line: serve (embedded API + worker), api, worker, db upgrade, keys create/list/revoke, and
+the client commands of `parvis.cli` (submit, status, watch, cancel, jobs, sample, particles, download, methods,
+targets) that talk to a running service over HTTP."""
 
 from __future__ import annotations
 
@@ -225,8 +227,11 @@ def cmd_keys_revoke(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from parvis.cli import add_client_commands
+
     parser = argparse.ArgumentParser(prog="parvis", description="Parvis: posterior sampling as a service")
     sub = parser.add_subparsers(dest="command", required=True)
+    add_client_commands(sub)
 
     def data_dir(p: argparse.ArgumentParser) -> None:
         p.add_argument("--data-dir", default=None, help="embedded data directory (default ./parvis-data)")
@@ -277,9 +282,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from parvis.cli import run_command
+
     configure_logging()  # PARVIS_LOG_FORMAT: text (default) or json; uvicorn gets the same set-up below
     args = build_parser().parse_args(argv)
-    sys.exit(args.func(args))
+    sys.exit(run_command(args))
 
 
 if __name__ == "__main__":

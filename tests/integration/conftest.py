@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.serve import ServedParvis
 from tests.support.stack import Stack
 
 MODES = ["embedded", "cluster"]
@@ -40,5 +41,17 @@ def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
     except BaseException:
         print(service.log_tail())
         raise
+    finally:
+        service.stop()
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedParvis]:
+    """`parvis serve` (embedded) spawned in a temp data directory, shared by a module's tests; at most two
+    event streams per tenant, so a test can fill them and see a client fall back to polling."""
+    service = ServedParvis(tmp_path_factory.mktemp("served"), PARVIS_MAX_STREAMS_PER_TENANT="2")
+    try:
+        service.wait_ready()
+        yield service
     finally:
         service.stop()

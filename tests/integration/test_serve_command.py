@@ -12,16 +12,10 @@ import httpx
 import psutil
 import pytest
 
+from tests.support.serve import client_env
 from tests.support.stack import free_port, wait_for
 
 pytestmark = pytest.mark.integration
-
-
-def _env(tmp_path: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PARVIS_")}
-    env["PYTHONUNBUFFERED"] = "1"
-    env["HOME"] = str(tmp_path)
-    return env
 
 
 def test_serve_runs_a_job_and_stops_cleanly(tmp_path: Path) -> None:
@@ -30,7 +24,7 @@ def test_serve_runs_a_job_and_stops_cleanly(tmp_path: Path) -> None:
     with open(log, "wb") as out:
         serve = subprocess.Popen(
             [sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--data-dir", str(tmp_path / "data")],
-            env=_env(tmp_path), stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            env=client_env(tmp_path), stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30)
     try:
         def ready() -> bool:
@@ -69,6 +63,6 @@ def test_serve_refuses_a_public_address_without_auth(tmp_path: Path) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "app.cli", "serve", "--host", "0.0.0.0", "--port", str(free_port()),
          "--data-dir", str(tmp_path / "data")],
-        env=_env(tmp_path), capture_output=True, text=True, timeout=60)
+        env=client_env(tmp_path), capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert "refusing to serve on 0.0.0.0 without authentication" in result.stderr

@@ -59,3 +59,11 @@ def test_the_api_process_never_imports_the_training_code() -> None:
                       if name.split(".")[0] == "workers" or name.startswith(("inference_core.training",
                                                                               "inference_core.methods")))
     assert training == []
+
+
+def test_the_client_package_imports_no_torch_and_no_service_code() -> None:
+    """`parvis` (the client) is distributed without torch (clients/python): importing it and its CLI loads
+    neither torch nor the service's packages; `load_sampler` imports inference_core only when called."""
+    loaded = _modules_after("import parvis, parvis.cli, parvis.export\nparvis.cli.build_parser()")
+    assert "httpx" in loaded and "numpy" in loaded
+    assert loaded & {"torch", "inference_core", "app", "workers", "fastapi", "sqlalchemy", "celery", "arviz"} == set()

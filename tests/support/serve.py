@@ -1,0 +1,59 @@
+"""`parvis serve` spawned as a user runs it (embedded mode: SQLite, filesystem broker, one worker), in a temp
+data directory on a free port, for the client and CLI tests."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+
+from tests.support.stack import FAST_LIFECYCLE, free_port, wait_for
+
+
+def client_env(home: Path, url: str | None = None) -> dict[str, str]:
+    """The environment of a process the tests start: no PARVIS_* of the caller, HOME in the temp dir."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PARVIS_")}
+    env.update(PYTHONUNBUFFERED="1", HOME=str(home), OMP_NUM_THREADS="1")
+    if url is not None:
+        env["PARVIS_URL"] = url
+    return env
+
+
+class ServedParvis:
+    def __init__(self, root: Path, **settings: str):
+        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = root / "serve.log"
+        env = client_env(root)
+        env.update(FAST_LIFECYCLE)
+        env.update(settings)
+        with open(self.log, "wb") as out:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "app.cli", "serve", "--port", str(self.port), "--data-dir", str(root / "data")],
+                env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def wait_ready(self, timeout: float = 120) -> None:
+        def ready() -> bool:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"parvis serve exited: {self.log.read_text()[-3000:]}")
+            try:
+                return httpx.get(f"{self.url}/v1/health/ready", timeout=5).status_code == 200
+            except httpx.TransportError:
+                return False
+
+        wait_for(ready, timeout, interval=0.3, what="parvis serve to become ready")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout=60)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)  # the worker and its pool, whatever happened
