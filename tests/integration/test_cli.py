@@ -151,6 +151,7 @@ def test_readme_examples_run_as_pasted(served: Any, tmp_path: Path) -> None:
     README's localhost:8000 is this test's port; `parvis` and the client read it from $PARVIS_URL)."""
     env = client_env(tmp_path, served.url)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"  # `parvis` and `python3`
+    (tmp_path / ".venv").symlink_to(Path(sys.executable).parent.parent)  # the blocks' `source .venv/bin/activate`
     address = served.url.removeprefix("http://")
 
     def bash(block: str) -> str:
