@@ -11,10 +11,14 @@ generator (λ = 0) has a density only when k = d (then log|det ∂g/∂z|); with
 k-dimensional manifold and no density on R^d exists (`DensityUnavailable`). A generator trained in whitened
 coordinates, x = shift + root·f(z), adds log|det root|.
 
-The formula is the density of x only where f is injective — GPVI's premise (f is invertible when λ
-dominates the Lipschitz constant of g; in practice a trained generator is injective on its draws' region).
-A non-injective f sums several preimages into q(x), so the value returned here is then the density of the
-draw's own branch, a lower bound on q(x).
+The formula is the density of x only where f is injective — GPVI's premise (f is invertible when λ exceeds
+the Lipschitz constant of g). A non-injective f sums several preimages into q(x), so the value returned here
+is then the density of the draw's own branch, a lower bound on q(x), and importance weights built on it are
+too large. Measured: a ReLU generator [32, 32] with λ = 1 trained 30 GPVI steps on a 2-D Gaussian had
+det(A + λI) < 0 at 53 % of its draws (it folds) and its self-normalised importance estimate of the
+covariance was 0.59 against 1.0. The sign of det ∂f/∂z is therefore returned with every log-det: an
+injective C¹ map of R^d keeps one orientation, so draws of both signs prove f folds (`Density.folded`);
+one sign everywhere is necessary for injectivity, not sufficient.
 
 A(z) per draw is formed by forward-mode autodiff (torch.func.jacfwd, k directions) of z[:k] ↦ g(z[:k])_{:k}
 only: the output layer is cut to its first k rows first (the W·J_φ split of `samplers.generator`), so the
@@ -24,6 +28,7 @@ cost is k Jacobian-vector products through the hidden stack, never a d × k Jaco
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -31,6 +36,8 @@ from torch.func import jacfwd, vmap
 
 from inference_core.samplers.generator import mlp_features
 
+#: values of the forward-mode tangents held at once (draws × k × widest layer): 128 MiB of float64
+JACOBIAN_CHUNK_VALUES = 2**24
 #: log N(z; 0, I) constant per coordinate
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
@@ -45,10 +52,21 @@ def standard_normal_log_prob(z: Tensor) -> Tensor:
     return -0.5 * z.square().sum(-1) - z.shape[-1] * _HALF_LOG_2PI
 
 
+@dataclass(frozen=True)
+class Density:
+    log_q: Tensor        # [n] float64
+    orientation: Tensor  # [n] sign of det ∂f/∂z: +1, −1 (0 where singular)
+
+    @property
+    def folded(self) -> bool:
+        """Both orientations occur among these draws: f is not injective and log q is a branch density."""
+        return bool((self.orientation > 0).any()) and bool((self.orientation < 0).any())
+
+
 def generator_log_abs_det(tensors: dict[str, Tensor], z: Tensor, *, input_dim: int, n_hidden: int,
-                          activation: str, lam: float, output_dim: int) -> Tensor:
-    """log|det ∂x/∂z| per row of z [n, noise_dim], float64 (module docstring). Raises DensityUnavailable when
-    the generator maps to a lower-dimensional set (λ = 0 and k < d)."""
+                          activation: str, lam: float, output_dim: int) -> tuple[Tensor, Tensor]:
+    """(log|det ∂x/∂z|, sign of det ∂x/∂z) per row of z [n, noise_dim], float64 (module docstring). Raises
+    DensityUnavailable when the generator maps to a lower-dimensional set (λ = 0 and k < d)."""
     k, d = input_dim, output_dim
     if lam == 0.0 and k != d:
         raise DensityUnavailable(f"a generator with lambda = 0 and noise width k = {k} < d = {d} puts its draws "
@@ -64,18 +82,24 @@ def generator_log_abs_det(tensors: dict[str, Tensor], z: Tensor, *, input_dim: i
         return top_weight @ features + top_bias
 
     u = z[:, :k].detach().to(device="cpu", dtype=torch.float64)
-    blocks = vmap(jacfwd(top_block))(u)  # [n, k, k] = A(z)
-    if lam != 0.0:
-        blocks = blocks + lam * torch.eye(k, dtype=torch.float64)
-    sign, logabs = torch.linalg.slogdet(blocks)
+    widest = max([k, *(w.shape[0] for w, _ in hidden)])
+    rows = max(1, JACOBIAN_CHUNK_VALUES // (k * widest))  # draws per chunk: bounded memory for the tangents
+    logabs = torch.empty(u.shape[0], dtype=torch.float64)
+    sign = torch.empty(u.shape[0], dtype=torch.float64)
+    eye = lam * torch.eye(k, dtype=torch.float64)
+    for start in range(0, u.shape[0], rows):
+        blocks = vmap(jacfwd(top_block))(u[start:start + rows])  # [rows, k, k] = A(z)
+        sign[start:start + rows], logabs[start:start + rows] = torch.linalg.slogdet(blocks + eye)
     logabs = torch.where(sign == 0, torch.full_like(logabs, -math.inf), logabs)
     if lam != 0.0 and d > k:
         logabs = logabs + (d - k) * math.log(lam)
     if "affine.root" in params:
-        logabs = logabs + torch.linalg.slogdet(params["affine.root"])[1]
-    return logabs
+        root_sign, root_logabs = torch.linalg.slogdet(params["affine.root"])
+        logabs, sign = logabs + root_logabs, sign * root_sign
+    return logabs, sign
 
 
-def generator_log_q(tensors: dict[str, Tensor], z: Tensor, **structure: int | float | str) -> Tensor:
-    """log q(f(z)) = log N(z; 0, I) − log|det ∂f/∂z|, float64 per row (module docstring)."""
-    return standard_normal_log_prob(z) - generator_log_abs_det(tensors, z, **structure)  # type: ignore[arg-type]
+def generator_density(tensors: dict[str, Tensor], z: Tensor, **structure: int | float | str) -> Density:
+    """log q(f(z)) = log N(z; 0, I) − log|det ∂f/∂z| (float64 per row) and the orientation (module docstring)."""
+    logabs, sign = generator_log_abs_det(tensors, z, **structure)  # type: ignore[arg-type]
+    return Density(standard_normal_log_prob(z) - logabs, sign)

@@ -28,7 +28,7 @@ from inference_core.samplers.config import (
     SPGSamplerConfig,
     validate_config,
 )
-from inference_core.samplers.density import generator_log_q
+from inference_core.samplers.density import Density, generator_density
 from inference_core.samplers.generator import GeneratorNetwork, generator_forward
 from inference_core.samplers.spg import SPGSampler
 
@@ -121,15 +121,19 @@ class Sampler(FrozenSampler):
                                      n_hidden=len(gen.hidden), activation=gen.activation,
                                      lam=float(torch.tensor(gen.lam, dtype=torch.float32)))
 
-    def log_q(self, z: Tensor) -> Tensor:
-        """log q(f(z)) [n] in float64 for noise z [n, noise_dim] (samplers.density; DensityUnavailable when
-        the draws have no density: λ = 0 with k < d)."""
+    def density(self, z: Tensor) -> Density:
+        """log q(f(z)) [n] in float64 for noise z [n, noise_dim] and the orientation of f there
+        (samplers.density; DensityUnavailable when the draws have no density: λ = 0 with k < d)."""
         if not isinstance(z, Tensor) or z.ndim != 2 or z.shape[1] != self.noise_dim:
             raise ValueError(f"noise must be a tensor of shape [n, {self.noise_dim}]")
         gen = self._parsed.generator
-        return generator_log_q(self._tensors, z, input_dim=gen.input_dim, n_hidden=len(gen.hidden),
-                               activation=gen.activation, lam=float(torch.tensor(gen.lam, dtype=torch.float32)),
-                               output_dim=gen.output_dim)
+        return generator_density(self._tensors, z, input_dim=gen.input_dim, n_hidden=len(gen.hidden),
+                                 activation=gen.activation, lam=float(torch.tensor(gen.lam, dtype=torch.float32)),
+                                 output_dim=gen.output_dim)
+
+    def log_q(self, z: Tensor) -> Tensor:
+        """log q(f(z)) [n], float64 (see `density`)."""
+        return self.density(z).log_q
 
     def sample(self, n: int, seed: int, x: Any = None, *, with_log_q: bool = False) -> Tensor | tuple[Tensor, Tensor]:
         """n fresh draws [n, output_dim], float32, bit-identical for the same (n, seed); with `with_log_q`,

@@ -76,3 +76,31 @@ def test_degenerate_generator_has_no_density() -> None:
     sampler = make_sampler(2, 5, 0.0, [8])
     with pytest.raises(DensityUnavailable, match="manifold"):
         sampler.sample(4, 0, with_log_q=True)
+
+
+def test_chunked_log_det_equals_one_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    from inference_core.samplers import density
+
+    sampler = make_sampler(3, 5, 0.8, [16])
+    whole = sampler.sample(50, 4, with_log_q=True)[1]
+    monkeypatch.setattr(density, "JACOBIAN_CHUNK_VALUES", 3 * 16 * 7)  # 7 draws per chunk
+    torch.testing.assert_close(sampler.sample(50, 4, with_log_q=True)[1], whole, rtol=1e-12, atol=0)
+
+
+def test_orientation_marks_a_folding_map() -> None:
+    """A linear generator with W + λI of negative determinant keeps one (negative) orientation: not folded;
+    a 1-D map that folds at 0 shows both signs among its draws."""
+    network = GeneratorNetwork(input_dim=2, hidden=[], output_dim=2, activation="relu", lam=1.0)
+    with torch.no_grad():
+        network.output.weight.copy_(torch.tensor([[-3.0, 0.0], [0.0, 0.0]]))
+    flipped = Sampler.from_generator(network, method="gpvi", target_kind="gaussian")
+    density = flipped.density(flipped.sample_noise(20, 0))
+    assert bool((density.orientation < 0).all()) and not density.folded
+    fold = GeneratorNetwork(input_dim=1, hidden=[2], output_dim=1, activation="relu", lam=1.0)
+    with torch.no_grad():  # g(z) = −4·relu(z) + 0: f(z) = z for z < 0, −3z for z > 0 — folds at 0
+        fold.hidden[0].weight.copy_(torch.tensor([[1.0], [0.0]]))
+        fold.hidden[0].bias.zero_()
+        fold.output.weight.copy_(torch.tensor([[-4.0, 0.0]]))
+        fold.output.bias.zero_()
+    folded = Sampler.from_generator(fold, method="gpvi", target_kind="gaussian")
+    assert folded.density(folded.sample_noise(20, 0)).folded
