@@ -32,7 +32,8 @@ from torch import Tensor
 
 from inference_core.metrics import importance
 from inference_core.metrics.ksd_test import ksd_test
-from inference_core.samplers.density import DensityUnavailable
+from inference_core.samplers.density import Density, DensityUnavailable
+from inference_core.samplers.spg import DENSITY_UNAVAILABLE
 from inference_core.seeding import derive_seed
 
 CORRECTION_STREAM = 16
@@ -67,15 +68,20 @@ def target_log_prob(target: Any, draws: Tensor) -> np.ndarray:
     return np.where(np.isnan(values), -np.inf, values)
 
 
+def draws_with_density(sampler: Any, n: int, seed: int) -> tuple[Tensor, Density]:
+    """`sampler.sample(n, seed)` and the exact density there (log q, orientation); DensityUnavailable when the
+    sampler has none."""
+    if not hasattr(sampler, "density"):
+        sampler.sample(n, seed, with_log_q=True)  # raises the sampler's own DensityUnavailable
+    z = sampler.sample_noise(n, seed)
+    return sampler.forward(z), sampler.density(z)
+
+
 def importance_draws(sampler: Any, target: Any, n: int, seed: int) -> WeightedDraws:
     """`sampler.sample(n, seed)` with log q and log p̃ (DensityUnavailable when the sampler has no density);
     `info["negative_orientation"]` counts the draws where det ∂f/∂z < 0 (samplers.density: draws of both
     orientations prove f folds, and log q is then a branch density)."""
-    if not hasattr(sampler, "density"):
-        sampler.sample(n, seed, with_log_q=True)  # raises the sampler's own DensityUnavailable
-    z = sampler.sample_noise(n, seed)
-    draws = sampler.forward(z)
-    density = sampler.density(z)
+    draws, density = draws_with_density(sampler, n, seed)
     negative = int((density.orientation < 0).sum())
     return WeightedDraws(draws, density.log_q.numpy(), target_log_prob(target, draws),
                          {"negative_orientation": negative, "folded": density.folded})
@@ -141,7 +147,10 @@ def sampler_quality(sampler: Any, target: Any, *, draws: int = 2000, ksd_draws: 
                     bootstrap: int = 1000) -> dict[str, Any]:
     """The sampler's quality report (docs/api.md, `quality`): importance diagnostics of `draws` draws (seed),
     the KSD test of `ksd_draws` fresh ones (seed + 1), a verdict with its reason. Non-finite numbers stay as
-    floats (the service stores them as null)."""
+    floats (the service stores them as null). Function-space samplers get no numbers, only why."""
+    if not hasattr(sampler, "density"):  # samplers.spg: draws are functions, the target has no density
+        return {"density": "unavailable", "density_reason": DENSITY_UNAVAILABLE, "importance": None, "ksd": None,
+                "verdict": None, "reason": "no importance weights or KSD test exist for function-space samplers"}
     report: dict[str, Any] = {"density": "exact", "importance": None, "ksd": None}
     khat = threshold = None
     folded = False

@@ -36,6 +36,8 @@ from torch.func import jacfwd, vmap
 
 from inference_core.samplers.generator import mlp_features
 
+#: largest noise prefix k whose k × k Jacobian blocks are formed (k³ per draw for the log-determinant)
+MAX_JACOBIAN_K = 1024
 #: values of the forward-mode tangents held at once (draws × k × widest layer): 128 MiB of float64
 JACOBIAN_CHUNK_VALUES = 2**24
 #: log N(z; 0, I) constant per coordinate
@@ -73,6 +75,9 @@ def generator_log_abs_det(tensors: dict[str, Tensor], z: Tensor, *, input_dim: i
                                  "on a k-dimensional manifold: they have no density on R^d")
     if lam < 0.0:
         raise DensityUnavailable("lambda must be >= 0")
+    if k > MAX_JACOBIAN_K:
+        raise DensityUnavailable(f"the noise prefix k = {k} is over {MAX_JACOBIAN_K}: the k × k log-determinants "
+                                 "(k³ per draw) are not computed")
     params = {name: value.detach().to(device="cpu", dtype=torch.float64) for name, value in tensors.items()}
     hidden = [(params[f"hidden.{i}.weight"], params[f"hidden.{i}.bias"]) for i in range(n_hidden)]
     top_weight, top_bias = params["output.weight"][:k], params["output.bias"][:k]
