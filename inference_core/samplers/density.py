@@ -20,9 +20,12 @@ covariance was 0.59 against 1.0. The sign of det ∂f/∂z is therefore returned
 injective C¹ map of R^d keeps one orientation, so draws of both signs prove f folds (`Density.folded`);
 one sign everywhere is necessary for injectivity, not sufficient.
 
-A(z) per draw is formed by forward-mode autodiff (torch.func.jacfwd, k directions) of z[:k] ↦ g(z[:k])_{:k}
-only: the output layer is cut to its first k rows first (the W·J_φ split of `samplers.generator`), so the
-cost is k Jacobian-vector products through the hidden stack, never a d × k Jacobian.
+A(z) per draw is formed by forward-mode differentiation of z[:k] ↦ g(z[:k])_{:k} only: the k tangent rows
+∂h/∂z[:k] are pushed through the hidden stack alongside the activations (one GEMM of n·k rows per layer,
+times the activation's slope, which autograd gives for any elementwise activation), and the output layer is
+cut to its first k rows (the W·J_φ split of `samplers.generator`), so a d × k Jacobian is never formed.
+(torch.func.vmap(jacfwd(...)) gives the same numbers, measured 2× to 7× slower on the CPU: batched small
+matmuls instead of one GEMM.)
 """
 
 from __future__ import annotations
@@ -32,9 +35,8 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor
-from torch.func import jacfwd, vmap
 
-from inference_core.samplers.generator import mlp_features
+from inference_core.samplers.generator import ACTIVATIONS
 
 #: largest noise prefix k whose k × k Jacobian blocks are formed (k³ per draw for the log-determinant)
 MAX_JACOBIAN_K = 1024
@@ -65,6 +67,27 @@ class Density:
         return bool((self.orientation > 0).any()) and bool((self.orientation < 0).any())
 
 
+def top_block_jacobians(hidden: list[tuple[Tensor, Tensor]], top_weight: Tensor, u: Tensor,
+                        activation: str) -> Tensor:
+    """A = ∂(W[:k] φ(u))/∂u [n, k, k] for inputs u [n, k] (module docstring: forward mode, one GEMM a layer)."""
+    n, k = u.shape
+    act = ACTIVATIONS[activation]
+    h = u
+    tangent = None  # [draw, direction j, unit]: ∂h/∂u_j (the identity at the input)
+    for weight, bias in hidden:
+        pre = torch.nn.functional.linear(h, weight, bias)
+        with torch.enable_grad():
+            leaf = pre.detach().requires_grad_(True)
+            out = act(leaf)
+            (slope,) = torch.autograd.grad(out.sum(), leaf)  # elementwise: the sum's gradient is act'(pre)
+        h = out.detach()
+        moved = weight.T[None] if tangent is None else (tangent.reshape(n * k, -1) @ weight.T).reshape(n, k, -1)
+        tangent = moved * slope[:, None, :]
+    if tangent is None:  # a linear generator: A = W[:k] for every draw
+        return top_weight.expand(n, k, k)
+    return (tangent @ top_weight.T).transpose(1, 2)  # [draw, output i, direction j]
+
+
 def generator_log_abs_det(tensors: dict[str, Tensor], z: Tensor, *, input_dim: int, n_hidden: int,
                           activation: str, lam: float, output_dim: int) -> tuple[Tensor, Tensor]:
     """(log|det ∂x/∂z|, sign of det ∂x/∂z) per row of z [n, noise_dim], float64 (module docstring). Raises
@@ -80,12 +103,7 @@ def generator_log_abs_det(tensors: dict[str, Tensor], z: Tensor, *, input_dim: i
                                  "(k³ per draw) are not computed")
     params = {name: value.detach().to(device="cpu", dtype=torch.float64) for name, value in tensors.items()}
     hidden = [(params[f"hidden.{i}.weight"], params[f"hidden.{i}.bias"]) for i in range(n_hidden)]
-    top_weight, top_bias = params["output.weight"][:k], params["output.bias"][:k]
-
-    def top_block(u: Tensor) -> Tensor:  # u [k] ↦ g(u)_{:k}
-        features = mlp_features(hidden, u[None], activation)[0]
-        return top_weight @ features + top_bias
-
+    top_weight = params["output.weight"][:k]
     u = z[:, :k].detach().to(device="cpu", dtype=torch.float64)
     widest = max([k, *(w.shape[0] for w, _ in hidden)])
     rows = max(1, JACOBIAN_CHUNK_VALUES // (k * widest))  # draws per chunk: bounded memory for the tangents
@@ -93,7 +111,7 @@ def generator_log_abs_det(tensors: dict[str, Tensor], z: Tensor, *, input_dim: i
     sign = torch.empty(u.shape[0], dtype=torch.float64)
     eye = lam * torch.eye(k, dtype=torch.float64)
     for start in range(0, u.shape[0], rows):
-        blocks = vmap(jacfwd(top_block))(u[start:start + rows])  # [rows, k, k] = A(z)
+        blocks = top_block_jacobians(hidden, top_weight, u[start:start + rows], activation)
         sign[start:start + rows], logabs[start:start + rows] = torch.linalg.slogdet(blocks + eye)
     logabs = torch.where(sign == 0, torch.full_like(logabs, -math.inf), logabs)
     if lam != 0.0 and d > k:

@@ -44,9 +44,11 @@ def make_sampler(k: int, d: int, lam: float, hidden: list[int], activation: str 
     (2, 5, 0.5, [12], False),           # k < d: λ^(d−k) det(A + λI_k)
     (3, 6, 1.3, [8, 8], True),          # k < d with a whitened output map: + log|det root|
     (3, 3, 0.0, [10], False),           # amortised generator λ = 0, k = d: det ∂g/∂z
+    (3, 3, 0.0, [], True),              # linear generator (Tables 1/2), whitened: det W · det root
+    (2, 4, 0.3, [6], False),            # the default ReLU
 ])
 def test_log_q_matches_autograd_log_det(k: int, d: int, lam: float, hidden: list[int], affine: bool) -> None:
-    sampler = make_sampler(k, d, lam, hidden, affine=affine)
+    sampler = make_sampler(k, d, lam, hidden, activation="tanh" if hidden != [6] else "relu", affine=affine)
     draws, log_q = sampler.sample(64, seed=11, with_log_q=True)
     assert draws.dtype == torch.float32 and log_q.dtype == torch.float64 and log_q.shape == (64,)
     assert torch.equal(draws, sampler.sample(64, seed=11))  # log q changes nothing about the draws
