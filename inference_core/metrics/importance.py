@@ -128,11 +128,13 @@ def evidence(log_weights: np.ndarray) -> Evidence:
     return Evidence(log_z, log_z_se, elbo, elbo_se)
 
 
-def psis_resample(log_weights: np.ndarray, n: int, seed: int) -> tuple[np.ndarray, float]:
-    """(n indices drawn with replacement with probabilities ∝ the Pareto-smoothed weights, k̂); seeded."""
+def psis_resample(log_weights: np.ndarray, n: int, seed: int) -> tuple[np.ndarray, np.ndarray, float]:
+    """(n indices drawn with replacement with probabilities ∝ the Pareto-smoothed weights, the normalised
+    smoothed log weights, k̂); seeded."""
     smoothed, khat = psis_smooth(log_weights)
     rng = np.random.Generator(np.random.PCG64(seed))
-    return rng.choice(smoothed.size, size=n, replace=True, p=np.exp(smoothed) / np.exp(smoothed).sum()), khat
+    probabilities = np.exp(smoothed)
+    return rng.choice(smoothed.size, size=n, replace=True, p=probabilities / probabilities.sum()), smoothed, khat
 
 
 def independence_mh(log_weights: np.ndarray, seed: int) -> tuple[np.ndarray, float]:

@@ -100,8 +100,7 @@ def corrected_draws(sampler: Any, target: Any, n: int, seed: int, method: str,
     lw = weighted.log_weights
     info: dict[str, Any] = {"method": method, "proposals": pool, "folded": weighted.info["folded"]}
     if method == "psis":
-        index, khat = importance.psis_resample(lw, n, stream)
-        smoothed, _ = importance.psis_smooth(lw)
+        index, smoothed, khat = importance.psis_resample(lw, n, stream)
         info.update(pareto_k=khat, khat_threshold=importance.khat_threshold(pool),
                     ess=importance.ess(smoothed))
     else:

@@ -74,7 +74,7 @@ def test_resampling_and_imh_recover_the_target_moments() -> None:
     rng = np.random.default_rng(11)
     x = 2 * rng.standard_normal(40_000)
     lw = st.norm.logpdf(x, loc=1) - st.norm.logpdf(x, scale=2)
-    index, khat = importance.psis_resample(lw, 10_000, seed=4)
+    index, _, khat = importance.psis_resample(lw, 10_000, seed=4)
     assert khat < 0.5
     assert abs(x[index].mean() - 1) < 0.05 and abs(x[index].var() - 1) < 0.06
     chain, rate = importance.independence_mh(lw, seed=4)
@@ -89,5 +89,5 @@ def test_weightless_draws_are_never_chosen() -> None:
     lw = np.array([-np.inf, 0.0, -np.inf, 0.5, -1.0] * 10)
     chain, _ = importance.independence_mh(lw, seed=0)
     assert np.isfinite(lw[chain]).all()
-    index, _ = importance.psis_resample(lw, 200, seed=0)
+    index, _, _ = importance.psis_resample(lw, 200, seed=0)
     assert np.isfinite(lw[index]).all()
