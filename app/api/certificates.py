@@ -30,6 +30,9 @@ TARGET_CACHE_SIZE = 8
 MAX_WEIGHT_ROW_EVALUATIONS = 2**26
 #: proposals per returned draw, most (`proposals` in the request)
 MAX_PROPOSALS_PER_DRAW = 100
+#: multiply-adds of one request's Jacobian tangents, most: draws × k × Σ_l (width_{l−1} · width_l) (about 2 s
+#: of one CPU core in float64)
+MAX_JACOBIAN_WORK = 2**34
 
 
 class TargetCache(SamplerCache):
@@ -66,6 +69,19 @@ def check_weight_cost(target: Any, proposals: int) -> None:
                       f"{MAX_WEIGHT_ROW_EVALUATIONS} log-likelihood row evaluations per request; ask for fewer draws")
 
 
+def check_jacobian_work(generator: Any, draws: int) -> None:
+    """413 `limit_exceeded` before any work when the log-determinants of `draws` draws would cost more than
+    MAX_JACOBIAN_WORK multiply-adds (forward-mode tangents: k rows through every hidden layer)."""
+    structure = generator.config.get("generator", {})
+    k = int(structure.get("input_dim", 0))
+    widths = [k, *(int(w) for w in structure.get("hidden", [])), k]
+    work = draws * k * sum(a * b for a, b in zip(widths[:-1], widths[1:], strict=True))
+    if work > MAX_JACOBIAN_WORK:
+        raise Problem(413, "limit_exceeded", f"the exact log q of {draws} draws of this generator costs about "
+                      f"{work:.3g} multiply-adds, over the cap of {MAX_JACOBIAN_WORK:.3g} per request; ask for fewer "
+                      "draws or proposals")
+
+
 def certified_draw(generator: Any, target: Any | None, n: int, seed: int, returns: list[str],
                    correct: str | None, proposals: int | None) -> tuple[np.ndarray, dict[str, Any]]:
     """(draws [n, d] float32, extra JSON fields): `log_q` / `log_weights` per returned draw, `density`
@@ -74,6 +90,8 @@ def certified_draw(generator: Any, target: Any | None, n: int, seed: int, return
     from inference_core.samplers.density import DensityUnavailable
 
     one_intra_op_thread()
+    if hasattr(generator, "density"):
+        check_jacobian_work(generator, (proposals or 4 * n) if correct is not None else n)
     try:
         if correct is not None:
             check_weight_cost(target, proposals or 4 * n)

@@ -110,3 +110,17 @@ def test_certificate_requests_that_cannot_be_honoured(make_client, trained) -> N
     url = f"/v1/samplers/{stored(settings, uploaded, sampler, None)}/sample"
     assert_problem(client.post(url, json={"n": 3, "return": ["log_weights"]}), 422, "log_weights_unavailable")
     assert client.post(url, json={"n": 3, "return": ["log_q"]}).status_code == 200  # log q needs no target
+
+
+def test_certificate_work_is_capped_before_any_draw(make_client, trained, monkeypatch) -> None:
+    from app.api import certificates
+
+    spec, sampler = trained
+    client, settings = make_client()
+    url = f"/v1/samplers/{stored(settings, spec, sampler, None)}/sample"
+    # k = 2, hidden [32]: 2·32 + 32·2 = 128 multiply-adds per tangent row, so 1000 proposals cost 256,000
+    monkeypatch.setattr(certificates, "MAX_JACOBIAN_WORK", 256_000 - 1)
+    assert_problem(client.post(url, json={"n": 250, "correct": "psis"}), 413, "limit_exceeded")
+    assert client.post(url, json={"n": 249, "correct": "psis"}).status_code == 200
+    monkeypatch.setattr(certificates, "MAX_WEIGHT_ROW_EVALUATIONS", 99)  # a Gaussian counts 1 row per proposal
+    assert_problem(client.post(url, json={"n": 25, "correct": "imh"}), 413, "limit_exceeded")
