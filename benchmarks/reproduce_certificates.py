@@ -172,6 +172,24 @@ def render(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
             f"{r['verdict']} | {fmt(r['exact_raw']['cov_rel'])} | {fmt(r['raw']['cov_rel'])} | "
             f"{fmt(r['psis']['cov_rel'])} | {fmt(r['imh']['cov_rel'])} ({r['imh_acceptance']:.2f}) | "
             f"{fmt(r['raw']['mean'])} | {fmt(r['psis']['mean'])} | {fmt(r['imh']['mean'])} |")
+    tables = [r for r in rows if r["table"] != "bnn_fig1"]
+    if tables:
+        lines += ["", "Reading (counted from the rows above):"]
+        for table, name in [("gauss", "Gaussians (Table 1)"), ("blr", "BLR (Table 2)")]:
+            group = [r for r in tables if r["table"] == table]
+            if not group:
+                continue
+            better = sum(r["psis"]["cov_rel"] < r["raw"]["cov_rel"] for r in group)
+            ratio = np.mean([r["psis"]["cov_rel"] / r["raw"]["cov_rel"] for r in group])
+            lines.append(
+                f"- {name}: k̂ between {min(r['khat'] for r in group):.2f} and {max(r['khat'] for r in group):.2f} "
+                f"(all below the threshold 0.70: verdicts {', '.join(sorted({r['verdict'] for r in group}))}); PSIS "
+                f"lowered the Monte-Carlo Σ error in {better} of {len(group)} runs, mean ratio PSIS / raw "
+                f"{ratio:.2f}; mean raw Σ error {np.mean([r['raw']['cov_rel'] for r in group]):.3f} against the "
+                f"analytic {np.mean([r['exact_raw']['cov_rel'] for r in group]):.3f}.")
+        lines.append("- Where the generator's own error is below the Monte-Carlo noise of 4000 draws (the Gaussians), "
+                     "a correction has nothing to remove and only adds variance (IMH's 1000 correlated states most); "
+                     "where it is above it (BLR), PSIS removes most of it.")
     bnn = [r for r in rows if r["table"] == "bnn_fig1"]
     if bnn:
         lines += [
@@ -193,6 +211,13 @@ def render(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
                 f"{fmt(r['raw']['sd'])} / {fmt(r['psis']['sd'])} / {fmt(r['imh']['sd'])} | "
                 f"{fmt(r['raw']['sd_avg'])} / {fmt(r['psis']['sd_avg'])} / {fmt(r['imh']['sd_avg'])} "
                 f"({fmt(r['nuts_sd_avg'])}) | {r['imh_acceptance']:.3f}, {r['distinct_imh']} |")
+        folded = [r for r in bnn if r["density"] == "branch"]
+        if folded:
+            lines += ["", f"The hypernetwork folds in {len(folded)} of {len(bnn)} runs (det(A + λI) takes both signs "
+                      "over its draws: it is not injective), so log q there is a branch density, the weights are "
+                      "not valid importance weights, and the PSIS / IMH columns of those rows are not corrections: "
+                      "with an ESS of a few draws they collapse onto one or two draws. The certificate's verdict "
+                      "(unreliable) is what to read; the raw band's sd error against NUTS is the honest error."]
     return "\n".join(lines) + "\n"
 
 
