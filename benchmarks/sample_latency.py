@@ -136,7 +136,7 @@ def certificates(stack, url: str, config: dict, args: argparse.Namespace, load_a
         "",
         "Where the time goes: log q needs the k × k Jacobian block of every draw in float64 (forward-mode "
         "tangents, one GEMM of n·k rows per hidden layer: samplers/density.py), and a correction draws 4n "
-        "proposals, so its cost is about four times that of `return: [\"log_q\"]` at the same n; the target's "
+        "proposals, so it costs several times `return: [\"log_q\"]` at the same n; the target's "
         "log-density and PSIS / IMH themselves are small next to it (IMH is a sequential loop over the "
         "proposals). Ask for fewer draws, or fewer `proposals`, where latency matters.",
     ]

@@ -40,8 +40,9 @@ from inference_core.samplers.generator import ACTIVATIONS
 
 #: largest noise prefix k whose k × k Jacobian blocks are formed (k³ per draw for the log-determinant)
 MAX_JACOBIAN_K = 1024
-#: values of the forward-mode tangents held at once (draws × k × widest layer): 128 MiB of float64
-JACOBIAN_CHUNK_VALUES = 2**24
+#: values of the forward-mode tangents held at once (draws × k × widest layer): 2 MiB of float64, so a chunk's
+#: GEMMs stay in cache (measured, k = 2, hidden [64, 64], 40,000 draws: 40 ms at 2^18, 77-109 ms at 2^24)
+JACOBIAN_CHUNK_VALUES = 2**18
 #: log N(z; 0, I) constant per coordinate
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
