@@ -11,6 +11,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from app.api.access_log import log_access
+from app.api.certificates import TARGET_CACHE_SIZE, TargetCache
 from app.api.docs import install_offline_docs
 from app.api.middleware import (
     AuthMiddleware,
@@ -50,6 +51,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.store = make_store(settings.artifacts_url, settings)
         app.state.celery = make_celery(settings, main="parvis-api")
         app.state.sampler_cache = SamplerCache(settings.sampler_cache_size)
+        app.state.target_cache = TargetCache(TARGET_CACHE_SIZE)  # float64 targets for /sample's log weights
         app.state.stream_slots = make_stream_slots(settings)  # open event streams per tenant (shared via Redis)
         # Torch and the samplers are imported in the background: /health/live answers at once, /health/ready
         # says `warm` once the first /sample no longer pays for the import.

@@ -1,9 +1,12 @@
 """`POST /v1/samplers/{id}/sample` latency over real HTTP (issue 6 goal: 10,000 draws from a trained 2-D GPVI
 generator in < 50 ms median on the CPU), with the API and a worker started as for the embedded default.
 
-    python benchmarks/sample_latency.py [--steps 2000] [--repeats 50]
+    python benchmarks/sample_latency.py [--steps 2000] [--repeats 50] [--only plain|certificates]
 
-Writes the section "## /sample latency (HTTP, CPU)" of docs/benchmarks.md.
+Writes the section "## /sample latency (HTTP, CPU)" of docs/benchmarks.md, and "## /sample with return and
+correct (HTTP, CPU)": the certificate variants of issue 16 (log q, log weights, PSIS and IMH corrections)
+against plain /sample at the same n, called in turn within each repeat (side by side, so a noisy machine
+slows every variant alike), as ratios of medians.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--repeats", type=int, default=50)
     parser.add_argument("--no-write", action="store_true")
+    parser.add_argument("--only", choices=["plain", "certificates"], default=None)
+    parser.add_argument("--certificate-n", type=int, nargs="+", default=[1000, 10_000])
     args = parser.parse_args()
     load_at_start = load_average()
     with tempfile.TemporaryDirectory() as tmp, started_embedded(Path(tmp)) as stack:
@@ -40,6 +45,10 @@ def main() -> None:
             raise SystemExit(f"training failed: {job['error']}")
         url = f"/v1/samplers/{job['sampler_id']}/sample"
         config = stack.client.get(f"/v1/samplers/{job['sampler_id']}").json()["config"]["generator"]
+        if args.only != "plain":
+            certificates(stack, url, config, args, load_at_start)
+        if args.only == "certificates":
+            return
         rows = []
         for label, headers in [("npy", {"Accept": "application/x-npy"}), ("json", {})]:
             seeds = iter(range(10**6))
@@ -69,6 +78,73 @@ def main() -> None:
     if not args.no_write:
         replace_section(Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md", "/sample latency (HTTP, CPU)",
                         body)
+
+
+#: (label, extra request fields, Accept) of the certificate variants, plain /sample first (the reference)
+VARIANTS = [
+    ("plain, json", {}, "application/json"),
+    ("plain, npy", {}, "application/x-npy"),
+    ('`return: ["log_q"]`, json', {"return": ["log_q"]}, "application/json"),
+    ('`return: ["log_q", "log_weights"]`, json', {"return": ["log_q", "log_weights"]}, "application/json"),
+    ('`correct: "psis"` (4n proposals), npy', {"correct": "psis"}, "application/x-npy"),
+    ('`correct: "imh"` (4n proposals), npy', {"correct": "imh"}, "application/x-npy"),
+    ('`correct: "psis"` + `return` both, json', {"correct": "psis", "return": ["log_q", "log_weights"]},
+     "application/json"),
+]
+
+
+def certificate_rows(stack, url: str, n: int, repeats: int) -> list[str]:  # noqa: ANN001
+    times: dict[str, list[float]] = {label: [] for label, _, _ in VARIANTS}
+    for repeat in range(repeats + 3):
+        for label, extra, accept in VARIANTS:
+            started = time.perf_counter()
+            response = stack.client.post(url, json={"n": n, "seed": repeat, **extra}, headers={"Accept": accept})
+            elapsed = time.perf_counter() - started
+            response.raise_for_status()
+            if repeat >= 3:  # 3 warm-ups: the target's first build (cached after) is not timed
+                times[label].append(elapsed)
+    plain = {"json": statistics.median(times["plain, json"]), "npy": statistics.median(times["plain, npy"])}
+    rows = []
+    for label, _, accept in VARIANTS:
+        values = sorted(times[label])
+        reference = plain["npy" if accept == "application/x-npy" else "json"]
+        median = statistics.median(values)
+        within = "yes" if median < 0.05 else "**no**"
+        rows.append(f"| {n:,} | {label} | {median * 1e3:.1f} ms | {values[int(0.9 * len(values))] * 1e3:.1f} ms | "
+                    f"{median / reference:.1f}× | {within} |")
+    return rows
+
+
+def certificates(stack, url: str, config: dict, args: argparse.Namespace, load_at_start: str) -> None:  # noqa: ANN001
+    lines = [
+        f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} with `python benchmarks/sample_latency.py "
+        f"--only certificates`. Machine: {cpu_model()}, shared with other jobs (noisy: the variants are called "
+        f"in turn within each repeat so that load hits them alike; compare ratios, not absolute times); "
+        f"torch {torch.__version__}. Load average at start: {load_at_start}.",
+        "",
+        f"The same stack and generator as above (hidden {config['hidden']}, noise dim {config['noise_dim']}, "
+        f"λ = {config['lambda']}; analytic 2-D Gaussian target), {args.repeats} calls of each variant after 3 "
+        "warm-ups per n. Ratio: median over the median of plain /sample at the same n and format. Goal "
+        "(issue 6, for plain /sample): 10,000 draws in < 50 ms median.",
+        "",
+        "| n | variant | median | 90th percentile | ratio to plain | median < 50 ms |",
+        "|---|---|---|---|---|---|",
+    ]
+    for n in args.certificate_n:
+        lines += certificate_rows(stack, url, n, args.repeats)
+    lines += [
+        "",
+        "Where the time goes: log q needs the k × k Jacobian block of every draw in float64 (forward-mode "
+        "tangents, one GEMM of n·k rows per hidden layer: samplers/density.py), and a correction draws 4n "
+        "proposals, so it costs several times `return: [\"log_q\"]` at the same n; the target's "
+        "log-density and PSIS / IMH themselves are small next to it (IMH is a sequential loop over the "
+        "proposals). Ask for fewer draws, or fewer `proposals`, where latency matters.",
+    ]
+    body = "\n".join(lines) + "\n"
+    print(body)
+    if not args.no_write:
+        replace_section(Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md",
+                        "/sample with return and correct (HTTP, CPU)", body)
 
 
 if __name__ == "__main__":

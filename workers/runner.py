@@ -25,8 +25,9 @@ from app.data.samplers import artifact_row, store_sampler
 from app.logging_config import ContextThread, log_context
 from inference_core import errors
 from inference_core.methods.base import Method
+from inference_core.samplers.certificate import sampler_quality
 from inference_core.serialization import state_from_bytes, state_to_bytes
-from inference_core.targets import BuildContext
+from inference_core.targets import BuildContext, build_target
 from inference_core.training import RunHooks, RunResult, run
 from workers.context import WorkerContext, worker_context
 from workers.dispatch import send_unsent
@@ -278,8 +279,23 @@ class JobExecution:
         record, rows = store_sampler(self.context.store, trained, tenant_id=self.job.tenant_id,
                                      job_id=self.job.id, method=self.job.method)
         record.expires_at = self.job.expires_at  # retention: a sampler lives as long as its job
+        record.quality = json_safe(self._certify(trained))
         artifacts.extend(rows)
         return record
+
+    def _certify(self, trained: Any) -> dict[str, Any]:
+        """The sampler's quality report (issue 16), against the job's target rebuilt in float64 on the CPU with
+        the worker's dataset loader (data targets included: the worker has their data). Never fails the job."""
+        try:
+            import torch
+
+            target = build_target(self.job.spec["target"], BuildContext(
+                dtype=torch.float64, load_dataset=dataset_loader(self.context.sessions, self.context.store,
+                                                                 self.job.tenant_id)))
+            return sampler_quality(trained, target, seed=int(self.job.spec.get("seed", 0)))
+        except Exception as exc:  # noqa: BLE001 - a report that cannot be made is said so, not fatal
+            logger.warning("job %s: sampler quality report failed", self.job.id, exc_info=True)
+            return {"verdict": None, "reason": f"the quality report could not be computed ({type(exc).__name__})"}
 
     def _finish(self, hooks: ServiceHooks, status: str, *, error: tuple[str, str] | None = None,
                 artifacts: list[Artifact] = (), sampler: Sampler | None = None,  # type: ignore[assignment]

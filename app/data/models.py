@@ -128,6 +128,7 @@ class Sampler(Base):
     job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
     method: Mapped[str] = mapped_column(String(64))
     config: Mapped[dict[str, Any]] = mapped_column(JSONType)
+    quality: Mapped[dict[str, Any] | None] = mapped_column(JSONType)  # certificate (issue 16); null: none
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime())  # its job's (it is deleted with the job)
 

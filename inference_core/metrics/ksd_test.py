@@ -6,7 +6,10 @@ kernel is
     u(x, y) = s(x)ᵀs(y) k + s(x)ᵀ∇_y k + s(y)ᵀ∇_x k + tr ∇_x∇_y k                (Liu et al. eq. 8)
 and KSD² = E u(x, x') is 0 iff q = p. The U-statistic Û = (1/(n(n−1))) Σ_{i≠j} u_ij is compared with its
 wild-bootstrap null B* = (1/(n(n−1))) Σ_{i≠j} w_i w_j u_ij, w_i = ±1 Rademacher (independent draws; the i.i.d.
-case of Chwialkowski et al.): p-value = share of B* ≥ Û. Draws are first standardised per coordinate (the
+case of Chwialkowski et al.): p-value = share of B* ≥ Û. For correlated draws (a Markov chain, e.g. the
+independence Metropolis–Hastings correction of a sampler) the weights form a Markov chain instead (Liu et al.
+§5, after Chwialkowski et al.): w_t = −w_{t−1} with probability a (`flip_probability`), else w_{t−1}; a = 1/2
+is the i.i.d. case, a small a keeps the null's variance right under positive autocorrelation. Draws are first standardised per coordinate (the
 score multiplied by the same sd), so one bandwidth, the median squared distance, fits every coordinate.
 Dense n × n: at most `max_draws` draws (the first ones) are used.
 """
@@ -37,7 +40,7 @@ def stein_kernel_matrix(x: Tensor, score: Tensor, h: float, c: float = 1.0, beta
 
 
 def ksd_test(x: Tensor, score: Tensor, *, bootstrap: int = 1000, seed: int = 0,
-             max_draws: int = 500) -> dict[str, float]:
+             max_draws: int = 500, flip_probability: float = 0.5) -> dict[str, float]:
     """{"ksd2": Û, "pvalue": wild-bootstrap p-value, "n": draws used} (see the module docstring)."""
     x, score = x[:max_draws].double(), score[:max_draws].double()
     n = x.shape[0]
@@ -49,6 +52,10 @@ def ksd_test(x: Tensor, score: Tensor, *, bootstrap: int = 1000, seed: int = 0,
     statistic = float(u.sum()) / (n * (n - 1))
     generator = torch.Generator().manual_seed(seed)
     w = torch.randint(0, 2, (bootstrap, n), generator=generator, dtype=torch.float64) * 2 - 1
+    if flip_probability != 0.5:  # Markov-chain weights: a flip of sign at t with probability a
+        flips = torch.rand((bootstrap, n - 1), generator=generator, dtype=torch.float64) < flip_probability
+        signs = torch.cat([w[:, :1], torch.where(flips, -1.0, 1.0).to(torch.float64)], dim=1)
+        w = torch.cumprod(signs, dim=1)
     null = ((w @ u) * w).sum(-1) / (n * (n - 1))
     pvalue = float((null >= statistic).double().mean())
     return {"ksd2": statistic, "pvalue": pvalue, "n": float(n), "bandwidth": h}

@@ -14,6 +14,12 @@ General to every method whose draws live in the target's space (particles, or a 
 
 Methods add their own facts and warnings through `method.quality()` (auto: Pathfinder agreement between
 starts, spread against the Pathfinder scale, convergence). `trustworthy` is False when any warning is raised.
+
+The shape shared with a sampler's certificate (samplers.certificate.sampler_quality), so clients read one
+format: `ksd` {statistic, pvalue, n, level, kernel, bootstrap}, `reference` {mean_error, cov_error_rel,
+mmd2_reference} (the final eval metrics against the target's exact moments or draws, where it has them; null
+otherwise), `verdict` (`good` when no warning is raised, else `unreliable`; particles admit no importance
+correction, so never `usable with correction`) and `reason`.
 """
 
 from __future__ import annotations
@@ -32,6 +38,10 @@ MIN_RATIO = 0.5
 MEAN_RATIO_HIGH = 1.5
 #: level of the KSD goodness-of-fit test below which the job warns (strict: particles are not i.i.d. draws)
 KSD_TEST_LEVEL = 0.001
+#: wild-bootstrap replicates of the KSD test
+KSD_BOOTSTRAP = 1000
+#: final metrics that measure the draws against the target's exact facts (metrics.evaluation)
+REFERENCE_ERRORS = ("mean_error", "cov_error_rel", "mmd2_reference")
 #: per-direction checks only with at least this many draws per dimension (see `stein_spread_ratios`)
 PER_DIRECTION_MIN_DRAWS_PER_DIM = 4
 
@@ -83,9 +93,12 @@ def quality_report(method: Any, final_metrics: dict[str, float]) -> dict[str, An
                 warnings.append({"code": "score_nonfinite", "message": "the score is not finite at some final draws"})
     if "ksd_imq" in final_metrics and math.isfinite(final_metrics["ksd_imq"]):
         report["ksd_imq"] = final_metrics["ksd_imq"]
+    report["ksd"] = None
     if "spread_ratio_rms" in report:
-        test = ksd_test(x, score)
+        test = ksd_test(x, score, bootstrap=KSD_BOOTSTRAP)
         report["ksd_test_statistic"], report["ksd_test_pvalue"] = test["ksd2"], test["pvalue"]
+        report["ksd"] = {"statistic": test["ksd2"], "pvalue": test["pvalue"], "n": int(test["n"]),
+                         "level": KSD_TEST_LEVEL, "kernel": "imq", "bootstrap": KSD_BOOTSTRAP}
         if test["pvalue"] < KSD_TEST_LEVEL:
             warnings.append({"code": "ksd_rejects", "message": (
                 f"a KSD goodness-of-fit test tells the draws from the target (p = {test['pvalue']:.3g} < "
@@ -95,6 +108,13 @@ def quality_report(method: Any, final_metrics: dict[str, float]) -> dict[str, An
         extra = own()
         warnings.extend(extra.pop("warnings", []))
         report.update(extra)
+    errors = {key: final_metrics[key] for key in REFERENCE_ERRORS
+              if key in final_metrics and math.isfinite(final_metrics[key])}
+    report["reference"] = errors or None
     report["warnings"] = warnings
     report["trustworthy"] = not warnings
+    report["verdict"] = "unreliable" if warnings else "good"
+    report["reason"] = ("; ".join(w["message"] for w in warnings) if warnings else
+                        "no warning raised" + (": the spread matches the target's score and the KSD test does "
+                                               "not reject the draws" if report["ksd"] else ""))
     return report

@@ -5,6 +5,14 @@
     blob = sampler.to_zip_bytes()                 # config.json + weights.safetensors, deterministic bytes
     again = load(blob)                            # rebuilt from JSON + safetensors only (never pickle)
     graph = sampler.to_onnx_bytes()               # input "z" [n, noise_dim] → output "samples" [n, d]
+    x, log_q = sampler.sample(1000, seed=7, with_log_q=True)   # + each draw's exact log q(x), float64
+
+Certificates (samplers.certificate, issue 16): importance weights against a float64 target, PSIS / IMH
+corrections and the quality report a service stores with each sampler:
+
+    from inference_core.samplers.certificate import corrected_draws, sampler_quality
+    report = sampler_quality(sampler, target)     # k̂, ESS, ELBO, log Ẑ ± s.e., KSD test, verdict
+    exact_ish = corrected_draws(sampler, target, 1000, seed=7, method="imh").draws
 
 Reproducing draws with onnxruntime:
 

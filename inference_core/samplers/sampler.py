@@ -4,6 +4,8 @@ Draws (`sample(n, seed)`), in this order and nothing else:
   1. z = torch.randn((n, noise_dim), generator=torch.Generator("cpu").manual_seed(seed), dtype=torch.float32)
      — one call, row-major, so row i is the i-th noise vector of that stream;
   2. x = f(z) in float32 on the CPU (`samplers.generator.generator_forward`).
+With `with_log_q=True` the draws come with log q(x), the generator's exact log-density at each draw, computed
+in float64 from the same noise z (`samplers.density`: log N(z; 0, I) − log|det ∂f/∂z|).
 The same (sampler, n, seed) therefore gives bit-identical draws in one build of torch on one machine; a client
 that rebuilds the sampler from its zip with `inference_core.samplers.load` reproduces them. ONNX consumers
 feed `sample_noise(n, seed)` to the graph's input "z".
@@ -26,6 +28,7 @@ from inference_core.samplers.config import (
     SPGSamplerConfig,
     validate_config,
 )
+from inference_core.samplers.density import Density, generator_density
 from inference_core.samplers.generator import GeneratorNetwork, generator_forward
 from inference_core.samplers.spg import SPGSampler
 
@@ -118,12 +121,28 @@ class Sampler(FrozenSampler):
                                      n_hidden=len(gen.hidden), activation=gen.activation,
                                      lam=float(torch.tensor(gen.lam, dtype=torch.float32)))
 
-    def sample(self, n: int, seed: int, x: Any = None) -> Tensor:
-        """n fresh draws [n, output_dim], float32, bit-identical for the same (n, seed). `x` must be None:
-        only function-space samplers take inputs."""
+    def density(self, z: Tensor) -> Density:
+        """log q(f(z)) [n] in float64 for noise z [n, noise_dim] and the orientation of f there
+        (samplers.density; DensityUnavailable when the draws have no density: λ = 0 with k < d)."""
+        if not isinstance(z, Tensor) or z.ndim != 2 or z.shape[1] != self.noise_dim:
+            raise ValueError(f"noise must be a tensor of shape [n, {self.noise_dim}]")
+        gen = self._parsed.generator
+        return generator_density(self._tensors, z, input_dim=gen.input_dim, n_hidden=len(gen.hidden),
+                                 activation=gen.activation, lam=float(torch.tensor(gen.lam, dtype=torch.float32)),
+                                 output_dim=gen.output_dim)
+
+    def log_q(self, z: Tensor) -> Tensor:
+        """log q(f(z)) [n], float64 (see `density`)."""
+        return self.density(z).log_q
+
+    def sample(self, n: int, seed: int, x: Any = None, *, with_log_q: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+        """n fresh draws [n, output_dim], float32, bit-identical for the same (n, seed); with `with_log_q`,
+        (draws, log q [n] float64). `x` must be None: only function-space samplers take inputs."""
         if x is not None:
             raise ValueError("this sampler draws parameter vectors and takes no inputs x")
-        return self.forward(self.sample_noise(n, seed))
+        z = self.sample_noise(n, seed)
+        draws = self.forward(z)
+        return (draws, self.log_q(z)) if with_log_q else draws
 
     # ---- serialisation -----------------------------------------------------------------------------------
 

@@ -37,6 +37,7 @@ from inference_core.samplers.config import (
     SPGSamplerConfig,
     validate_config,
 )
+from inference_core.samplers.density import DensityUnavailable
 from inference_core.samplers.generator import generator_forward
 from inference_core.targets.models.network import MLP
 
@@ -61,6 +62,14 @@ def decode(tensors: dict[str, Tensor], h: Tensor, n_hidden: int, activation: str
 
 def _decoder_tensors(tensors: dict[str, Tensor]) -> dict[str, Tensor]:
     return {name.removeprefix("decoder."): t for name, t in tensors.items() if name.startswith("decoder.")}
+
+#: Why an SPG has no log q for an importance weight. Given the decoder input h, the function values at m inputs
+#: are Gaussian (a linear map of a ~ N(μ_a(h), σ_a(h)²)), but their marginal is a continuous mixture over h
+#: with no closed form, and — more to the point — the FVI target is a function-space posterior whose density
+#: at finitely many inputs is not available either, so there is no p̃/q to weigh.
+DENSITY_UNAVAILABLE = ("a function-space (spg) sampler's draws have no tractable density (a continuous mixture "
+                       "over the decoder noise) and its function-space target no unnormalised density at finite "
+                       "inputs: no log q, importance weights or correction exist for it")
 
 
 class SPGSampler(FrozenSampler):
@@ -141,8 +150,11 @@ class SPGSampler(FrozenSampler):
             basis = basis_values(t["basis.weights"], u, gen.basis_hidden, gen.basis_activation)
             return self._y_mean + self._y_std * (a @ basis.T)
 
-    def sample(self, n: int, seed: int, x: Any = None) -> Tensor:
-        """n function draws at x [m, p] (original units): [n, m] float32, bit-identical for the same (n, seed, x)."""
+    def sample(self, n: int, seed: int, x: Any = None, *, with_log_q: bool = False) -> Tensor:
+        """n function draws at x [m, p] (original units): [n, m] float32, bit-identical for the same (n, seed, x).
+        `with_log_q` raises DensityUnavailable: see `DENSITY_UNAVAILABLE`."""
+        if with_log_q:
+            raise DensityUnavailable(DENSITY_UNAVAILABLE)
         x = self.check_inputs(x)
         if n * x.shape[0] > MAX_SPG_VALUES:
             raise ValueError(f"n·m = {n * x.shape[0]} values exceed the cap of {MAX_SPG_VALUES} per call")

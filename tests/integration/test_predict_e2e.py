@@ -95,3 +95,22 @@ def test_predict_errors_over_http(trained) -> None:
                                    headers={"content-type": "application/json"})
     assert non_finite.status_code == 422
     assert stack.client.post("/v1/jobs/job_missing/predict", json={"x": X_NEW}).status_code == 404
+
+
+def test_hypernetwork_sampler_carries_a_certificate(trained) -> None:
+    """Issue 16 on the cluster stack (quality stored as JSONB in PostgreSQL): the worker certified the BNN
+    hypernetwork against its data, and /sample's log weights over inline data match the target rebuilt here."""
+    import torch
+
+    from inference_core.samplers.certificate import VERDICTS
+    from inference_core.targets import BuildContext, build_target
+
+    stack, jobs = trained
+    url = f"/v1/samplers/{jobs['sampler']['sampler_id']}"
+    quality = stack.client.get(url).json()["quality"]
+    assert quality["density"] in ("exact", "branch") and quality["importance"]["pareto_k"] is not None
+    assert quality["verdict"] in VERDICTS and quality["ksd"]["n"] == 500
+    body = stack.client.post(url + "/sample", json={"n": 20, "seed": 1, "return": ["log_q", "log_weights"]}).json()
+    draws = torch.tensor(body["samples"], dtype=torch.float64)
+    log_p = build_target(TARGET, BuildContext(dtype=torch.float64)).log_prob(draws).numpy()
+    np.testing.assert_allclose(np.asarray(body["log_weights"]) + np.asarray(body["log_q"]), log_p, rtol=1e-9)

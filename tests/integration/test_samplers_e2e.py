@@ -68,6 +68,41 @@ def test_limits_and_negotiation(trained) -> None:
     assert stack.client.post("/v1/samplers/smp_nope/sample", json={"n": 5}).status_code == 404
 
 
+def test_quality_report_and_certified_draws(trained) -> None:
+    """Issue 16 over real HTTP: the worker stored a quality report (recomputed here from the downloaded zip
+    and the target, it is the same), and /sample answers log q, log weights (against scipy's closed-form
+    log-density) and a PSIS correction."""
+    import scipy.stats as st
+    import torch
+
+    from inference_core.samplers import load
+    from inference_core.samplers.certificate import VERDICTS, sampler_quality
+    from inference_core.targets import BuildContext, build_target
+
+    stack, job = trained
+    url = f"/v1/samplers/{job['sampler_id']}"
+    quality = stack.client.get(url).json()["quality"]
+    assert quality["density"] == "exact" and quality["verdict"] in VERDICTS and quality["reason"]
+    sampler = load(stack.client.get(url + "/download").content)
+    target = build_target({"kind": "gaussian", "mean": [1.0, -1.0], "cov": COV}, BuildContext(dtype=torch.float64))
+    again = sampler_quality(sampler, target, seed=5)
+    for key in ("pareto_k", "ess", "log_z", "log_z_se", "elbo"):
+        assert quality["importance"][key] == pytest.approx(again["importance"][key], rel=1e-9)
+    assert quality["ksd"]["pvalue"] == again["ksd"]["pvalue"] and quality["verdict"] == again["verdict"]
+    # a well-trained linear generator of a Gaussian: the evidence of the normalised target is log Z = 0
+    assert abs(quality["importance"]["log_z"]) < 3 * quality["importance"]["log_z_se"] + 1e-3
+
+    body = stack.client.post(url + "/sample", json={"n": 200, "seed": 3, "return": ["log_q", "log_weights"]}).json()
+    draws = np.asarray(body["samples"])
+    np.testing.assert_array_equal(draws, sampler.sample(200, 3).numpy())
+    log_p = st.multivariate_normal([1.0, -1.0], COV).logpdf(draws.astype(np.float64))
+    np.testing.assert_allclose(np.asarray(body["log_weights"]) + np.asarray(body["log_q"]), log_p, rtol=1e-10)
+    corrected = stack.client.post(url + "/sample", json={"n": 200, "seed": 3, "correct": "psis"}).json()
+    assert corrected["correction"]["proposals"] == 800
+    assert corrected["correction"]["pareto_k"] < corrected["correction"]["khat_threshold"]
+    assert np.asarray(corrected["samples"]).shape == (200, 2)
+
+
 def test_downloads_reproduce_the_servers_draws(trained) -> None:
     import onnxruntime
 
@@ -108,3 +143,4 @@ def test_a_deleted_jobs_sampler_is_gone(trained) -> None:
     assert stack.client.get(f"/v1/samplers/{sampler_id}").status_code == 404
     assert stack.client.post(f"/v1/samplers/{sampler_id}/sample", json={"n": 5}).status_code == 404
     assert stack.client.get(f"/v1/samplers/{sampler_id}/download").status_code == 404
+

@@ -95,3 +95,18 @@ def test_parameter_samplers_refuse_x(make_client) -> None:
     url = f"/v1/samplers/{stored(settings, run(spec).method.sampler(), 'gpvi_exact')}/sample"
     assert_problem(client.post(url, json={"n": 3, "x": [[0.0]]}), 422, "x_not_accepted")
     assert client.post(url, json={"n": 3}).json()["shape"] == [3, 2]
+
+
+def test_fvi_samplers_have_no_density_and_say_why(make_client, fvi_sampler) -> None:
+    """Issue 16: no log q, weights or correction for function-space samplers; the library and the API agree."""
+    from inference_core.samplers.certificate import sampler_quality
+    from inference_core.samplers.density import DensityUnavailable
+
+    with pytest.raises(DensityUnavailable, match="function-space"):
+        fvi_sampler.sample(4, 0, [[0.5]], with_log_q=True)
+    report = sampler_quality(fvi_sampler, target=None)
+    assert report["density"] == "unavailable" and report["verdict"] is None and report["importance"] is None
+    client, settings = make_client()
+    url = f"/v1/samplers/{stored(settings, fvi_sampler, 'fvi')}/sample"
+    for extra in ({"return": ["log_q"]}, {"correct": "imh"}):
+        assert_problem(client.post(url, json={"n": 4, "x": [[0.5]], **extra}), 422, "density_unavailable")

@@ -1,11 +1,13 @@
-"""Trained samplers: list, inspect, download (zip of config.json + weights.safetensors, or ONNX), draw fresh
-samples (bit-identical for the same sampler, n and seed, and inputs x for function-space samplers), delete."""
+"""Trained samplers: list, inspect (with the quality report stored at creation), download (zip of config.json +
+weights.safetensors, or ONNX), draw fresh samples (bit-identical for the same sampler, n and seed, and inputs x
+for function-space samplers) with their exact log q, importance weights or a correction (app.api.certificates),
+delete."""
 
 from __future__ import annotations
 
 import math
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
@@ -13,13 +15,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import and_, delete, or_, select
 from sqlalchemy.orm import Session
 
+from app.api.certificates import MAX_PROPOSALS_PER_DRAW, build_float64_target, certified_draw, target_key
 from app.api.deps import CurrentTenant, SessionDep, SettingsDep, StoreDep
 from app.api.negotiation import array_response, choose_array_format
 from app.api.pagination import clamp_page_size, decode_token, encode_token
 from app.api.problems import Problem, not_found
 from app.api.retention import expired
 from app.api.sampling import BYTES_PER_VALUE, draw, values_per_draw
-from app.data.models import Artifact, Sampler, utcnow
+from app.data.models import Artifact, Job, Sampler, utcnow
 from app.data.retention import delete_bytes, is_expired, not_expired
 from app.data.samplers import ONNX_MEDIA_TYPE, ZIP_MEDIA_TYPE
 
@@ -44,6 +47,9 @@ class SamplerOut(BaseModel):
     artifacts: list[ArtifactOut]
     created_at: datetime
     expires_at: datetime | None = None  # its job's: 410 `expired` once past; null: kept forever
+    quality: dict[str, Any] | None = Field(
+        default=None, description="certificate computed when the sampler was stored (docs/api.md, 'Sampler "
+        "quality'): PSIS k̂, ESS, ELBO, log Ẑ, KSD test, verdict; null for samplers stored before it existed")
 
 
 class SamplerList(BaseModel):
@@ -59,6 +65,15 @@ class SampleRequest(BaseModel):
     x: list[list[float]] | None = Field(
         default=None, description="inputs [m, p] in the data's original units: required by function-space "
         "(generator kind 'spg') samplers, which return f at x, [n, m]; refused by the others")
+    returns: list[Literal["log_q", "log_weights"]] = Field(
+        default_factory=list, alias="return", max_length=2,
+        description="per-draw extras (JSON answers only): 'log_q', the generator's exact log-density at each "
+        "draw (float64); 'log_weights', log p̃(x) − log q(x) against the job's target")
+    correct: Literal["psis", "imh"] | None = Field(
+        default=None, description="'psis': n draws resampled by their Pareto-smoothed importance weights from "
+        "`proposals` generator draws; 'imh': independence Metropolis-Hastings with the generator as proposal")
+    proposals: int | None = Field(default=None, ge=1, description="generator draws behind a correction "
+                                  f"(default 4n; n to {MAX_PROPOSALS_PER_DRAW}n)")
 
 
 def check_inputs(body: SampleRequest, config: dict[str, Any], settings: Any) -> list[list[float]] | None:
@@ -109,6 +124,7 @@ def sampler_out(sampler: Sampler, artifacts: dict[str, Artifact]) -> SamplerOut:
                    for a in sorted(artifacts.values(), key=lambda a: a.role)],
         created_at=sampler.created_at,
         expires_at=sampler.expires_at,
+        quality=sampler.quality,
     )
 
 
@@ -165,7 +181,8 @@ async def sample(sampler_id: str, body: SampleRequest, request: Request, tenant:
     answer_format = choose_array_format(request)  # 406 before any work
     if body.n > settings.max_sample_n:
         raise Problem(413, "limit_exceeded", f"n {body.n} is over the cap of {settings.max_sample_n} draws per request")
-    x, weights_path, weights_sha = await run_in_threadpool(
+    check_certificate_request(body, answer_format)
+    x, weights_path, weights_sha, target_spec = await run_in_threadpool(
         prepare_draws, request, tenant, sampler_id, body, settings, answer_format)
 
     def load() -> Any:
@@ -175,31 +192,67 @@ async def sample(sampler_id: str, body: SampleRequest, request: Request, tenant:
 
     def compute() -> Any:
         generator = request.app.state.sampler_cache.get(weights_sha, load)
+        if body.returns or body.correct:
+            target = None
+            if target_spec is not None:
+                target = request.app.state.target_cache.get(target_key(target_spec),
+                                                            lambda: build_float64_target(target_spec))
+            return certified_draw(generator, target, body.n, body.seed, list(body.returns), body.correct,
+                                  body.proposals)
         try:
-            return draw(generator, body.n, body.seed, x)
+            return draw(generator, body.n, body.seed, x), {}
         except ValueError as exc:
             raise Problem(422, "input_invalid", str(exc)) from None
 
     pool = request.app.state.compute
-    draws = await pool.run(compute)
+    draws, extra = await pool.run(compute)
     if answer_format == "npy":
-        return array_response(request, draws, "samples", stream=True)
-    return await pool.run(array_response, request, draws, "samples", {"seed": body.seed})
+        response = array_response(request, draws, "samples", stream=True)
+        for name, value in extra.get("correction", {}).items():  # the diagnostics of a correction, as headers
+            response.headers[f"X-Correction-{name.replace('_', '-').title()}"] = str(value)
+        return response
+    return await pool.run(array_response, request, draws, "samples", {"seed": body.seed, **extra})
+
+
+def check_certificate_request(body: SampleRequest, answer_format: str) -> None:
+    """422 for `return` / `correct` / `proposals` that cannot be honoured, before any work."""
+    if body.returns and answer_format == "npy":
+        raise Problem(422, "return_needs_json", "`return` adds per-draw arrays to a JSON answer: ask for "
+                      "Accept: application/json (a correction alone works with .npy: its diagnostics are headers)")
+    if len(set(body.returns)) != len(body.returns):
+        raise Problem(422, "return_invalid", "`return` lists each of 'log_q', 'log_weights' at most once")
+    if body.proposals is not None:
+        if body.correct is None:
+            raise Problem(422, "proposals_invalid", "`proposals` is only used with `correct`")
+        if not body.n <= body.proposals <= MAX_PROPOSALS_PER_DRAW * body.n:
+            raise Problem(422, "proposals_invalid", f"proposals must be between n ({body.n}) and "
+                          f"{MAX_PROPOSALS_PER_DRAW}·n ({MAX_PROPOSALS_PER_DRAW * body.n})")
 
 
 def prepare_draws(request: Request, tenant: str, sampler_id: str, body: SampleRequest, settings: Any,
-                  answer_format: str) -> tuple[list[list[float]] | None, str, str]:
-    """(x, weights path, weights sha256) for a draw, from a session closed on return; 404/413/422 first."""
+                  answer_format: str) -> tuple[list[list[float]] | None, str, str, dict[str, Any] | None]:
+    """(x, weights path, weights sha256, the job's target spec when log weights or a correction need it) for a
+    draw, from a session closed on return; 404/413/422 first."""
+    target_spec = None
     with request.app.state.session_factory() as session:
         sampler = owned_sampler(session, tenant, sampler_id)
         config = sampler.config
         weights = sampler_artifacts(session, sampler.id).get("weights")
         weights_path, weights_sha = (weights.path, weights.sha256) if weights is not None else ("", "")
+        if "log_weights" in body.returns or body.correct is not None:
+            spec = session.execute(select(Job.spec).where(Job.id == sampler.job_id)).scalar_one_or_none() or {}
+            target_spec = spec.get("target")
+    if (body.returns or body.correct) and config.get("generator", {}).get("kind") == "spg":
+        from inference_core.samplers.spg import DENSITY_UNAVAILABLE
+
+        raise Problem(422, "density_unavailable", DENSITY_UNAVAILABLE)
+    if ("log_weights" in body.returns or body.correct is not None) and not isinstance(target_spec, dict):
+        raise Problem(422, "log_weights_unavailable", "this sampler's job holds no target to weigh against")
     x = check_inputs(body, config, settings)
-    check_answer_size(body.n, values_per_draw(config, x), answer_format, settings)
+    check_answer_size(body.n, values_per_draw(config, x) + len(body.returns), answer_format, settings)
     if weights is None:
         raise Problem(404, "not_found", "this sampler has no stored weights")
-    return x, weights_path, weights_sha
+    return x, weights_path, weights_sha, target_spec
 
 
 def check_answer_size(n: int, per_draw: int, answer_format: str, settings: Any) -> None:

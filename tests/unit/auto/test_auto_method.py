@@ -84,6 +84,12 @@ def test_a_collapsed_run_is_flagged_and_a_good_one_is_not() -> None:
                 "target": {"kind": "gaussian", "mean": [0.0, 0.0], "cov": [[1.0, 0.3], [0.3, 2.0]]}})
     assert good.quality["trustworthy"], good.quality
     assert good.quality["ksd_test_pvalue"] > 0.05
+    # the shape shared with sampler certificates (issue 16)
+    assert collapsed.quality["verdict"] == "unreliable" and "spread less" in collapsed.quality["reason"]
+    assert good.quality["verdict"] == "good" and good.quality["ksd"]["pvalue"] == good.quality["ksd_test_pvalue"]
+    assert good.quality["ksd"]["level"] == 0.001
+    assert good.quality["reference"] == {key: good.final_metrics[key] for key in
+                                         ("mean_error", "cov_error_rel", "mmd2_reference")}
 
 
 def test_a_naively_written_mixture_starts_and_fits_in_float32() -> None:

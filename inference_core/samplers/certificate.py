@@ -1,0 +1,186 @@
+"""Sampler certificates (issue 16): every draw's exact log q, its importance weight against the target, a
+quality report, and the corrections that make the draws exact in the limit.
+
+    draws, log_q = sampler.sample(n, seed, with_log_q=True)
+    weighted = importance_draws(sampler, target, n, seed)     # + log p̃, log w = log p̃ − log q
+    corrected = corrected_draws(sampler, target, n, seed, "psis" | "imh")
+    report = sampler_quality(sampler, target)                 # the `quality` stored with a sampler
+
+`target` is an `inference_core.targets.Target` built in float64 (the weights are float64 throughout; the draws
+are the sampler's float32 ones, widened). Determinism: the same (sampler, target, n, seed, method) give the
+same answer — the proposals are `sampler.sample(P, seed)`, and the resampling / acceptance stream is seeded by
+`derive_seed(seed, CORRECTION_STREAM)`.
+
+Corrections draw P = `proposals` (default 4n) generator draws:
+* "psis": n indices resampled with replacement with probabilities ∝ the Pareto-smoothed weights of the P
+  proposals (metrics.importance.psis_resample); reliable when k̂ is below the threshold it reports.
+* "imh": an independence Metropolis–Hastings chain over the P proposals (metrics.importance.independence_mh);
+  the first P − n·t states are dropped as burn-in and the rest thinned by t = max(1, ⌊P/(2n)⌋), so the
+  default keeps every other state of the chain's second half. Exact in the limit whenever p ≪ q (a GPVI
+  generator with λ > 0 has full support).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from inference_core.metrics import importance
+from inference_core.metrics.ksd_test import ksd_test
+from inference_core.samplers.density import Density, DensityUnavailable
+from inference_core.samplers.spg import DENSITY_UNAVAILABLE
+from inference_core.seeding import derive_seed
+
+CORRECTION_STREAM = 16
+#: default proposals per returned draw
+PROPOSALS_PER_DRAW = 4
+#: significance level of the quality report's KSD goodness-of-fit test
+KSD_LEVEL = 0.05
+CORRECTIONS = ("psis", "imh")
+VERDICTS = ("good", "usable with correction", "unreliable")
+
+
+@dataclass
+class WeightedDraws:
+    draws: Tensor          # [n, d] float32, the sampler's own draws
+    log_q: np.ndarray      # [n] float64
+    log_p: np.ndarray      # [n] float64, the target's unnormalised log-density
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def log_weights(self) -> np.ndarray:
+        return self.log_p - self.log_q
+
+    def take(self, index: np.ndarray) -> WeightedDraws:
+        rows = torch.as_tensor(index, dtype=torch.int64)
+        return WeightedDraws(self.draws.index_select(0, rows), self.log_q[index], self.log_p[index], self.info)
+
+
+def target_log_prob(target: Any, draws: Tensor) -> np.ndarray:
+    """log p̃ of float32 draws, widened to float64 (NaN → −inf: no weight where the target is undefined)."""
+    with torch.no_grad():
+        values = target.log_prob(draws.to(dtype=torch.float64)).detach().to("cpu", torch.float64).numpy()
+    return np.where(np.isnan(values), -np.inf, values)
+
+
+def draws_with_density(sampler: Any, n: int, seed: int) -> tuple[Tensor, Density]:
+    """`sampler.sample(n, seed)` and the exact density there (log q, orientation); DensityUnavailable when the
+    sampler has none."""
+    if not hasattr(sampler, "density"):
+        sampler.sample(n, seed, with_log_q=True)  # raises the sampler's own DensityUnavailable
+    z = sampler.sample_noise(n, seed)
+    return sampler.forward(z), sampler.density(z)
+
+
+def importance_draws(sampler: Any, target: Any, n: int, seed: int) -> WeightedDraws:
+    """`sampler.sample(n, seed)` with log q and log p̃ (DensityUnavailable when the sampler has no density);
+    `info["negative_orientation"]` counts the draws where det ∂f/∂z < 0 (samplers.density: draws of both
+    orientations prove f folds, and log q is then a branch density)."""
+    draws, density = draws_with_density(sampler, n, seed)
+    negative = int((density.orientation < 0).sum())
+    return WeightedDraws(draws, density.log_q.numpy(), target_log_prob(target, draws),
+                         {"negative_orientation": negative, "folded": density.folded})
+
+
+def corrected_draws(sampler: Any, target: Any, n: int, seed: int, method: str,
+                    proposals: int | None = None) -> WeightedDraws:
+    """n draws corrected towards the target (module docstring); `info` holds the diagnostics."""
+    if method not in CORRECTIONS:
+        raise ValueError(f"correct must be one of {', '.join(CORRECTIONS)}, got {method!r}")
+    pool = PROPOSALS_PER_DRAW * n if proposals is None else int(proposals)
+    if pool < n:
+        raise ValueError(f"proposals ({pool}) must be at least n ({n})")
+    weighted = importance_draws(sampler, target, pool, seed)
+    stream = derive_seed(seed, CORRECTION_STREAM)
+    lw = weighted.log_weights
+    info: dict[str, Any] = {"method": method, "proposals": pool, "folded": weighted.info["folded"]}
+    if method == "psis":
+        index, smoothed, khat = importance.psis_resample(lw, n, stream)
+        info.update(pareto_k=khat, khat_threshold=importance.khat_threshold(pool),
+                    ess=importance.ess(smoothed))
+    else:
+        chain, rate = importance.independence_mh(lw, stream)
+        thin = max(1, pool // (2 * n))
+        index = chain[pool - n * thin + thin * np.arange(n)]
+        info.update(acceptance_rate=rate, thinning=thin, burn_in=pool - n * thin,
+                    distinct=int(np.unique(index).size))
+    out = weighted.take(index)
+    out.info = info
+    return out
+
+
+def verdict(khat: float | None, threshold: float | None, ksd_pvalue: float | None,
+            folded: bool = False) -> tuple[str | None, str]:
+    """(one of VERDICTS or None, the reason). A folded generator (draws of both orientations): log q is not
+    the density, so neither the weights nor the corrections can be trusted — unreliable unless the KSD test
+    accepts the raw draws. Else k̂ above the threshold: the generator misses mass of the target that no
+    reweighting of its draws recovers; below it with the raw draws rejected by the KSD test: the draws are off
+    but importance correction (PSIS, IMH) is reliable; below it and not rejected: good as drawn."""
+    if folded:
+        khat = None
+    ksd_text = (f"the KSD goodness-of-fit test {'rejects' if ksd_pvalue < KSD_LEVEL else 'does not reject'} the "
+                f"raw draws at the {KSD_LEVEL:.0%} level (p = {ksd_pvalue:.3g})" if ksd_pvalue is not None else "")
+    if khat is None:
+        missing = ("the generator folds (det ∂f/∂z takes both signs over its draws), so log q is only a branch "
+                   "density and importance weights are not valid" if folded else "without a density")
+        if ksd_pvalue is None:
+            return None, f"neither importance weights nor a KSD test exist for this sampler ({missing})"
+        if ksd_pvalue < KSD_LEVEL:
+            return "unreliable", f"{ksd_text}, and {missing}: no correction exists"
+        return "good", f"{ksd_text} ({missing}: the importance diagnostics do not apply)"
+    k_text = f"Pareto k̂ = {khat:.2f}"
+    if not math.isfinite(khat) or khat > threshold:
+        return "unreliable", (f"{k_text} is over the threshold {threshold:.2f}: the generator misses mass of the "
+                              "target that importance correction cannot recover" + (f"; {ksd_text}" if ksd_text else ""))
+    if ksd_pvalue is not None and ksd_pvalue < KSD_LEVEL:
+        return "usable with correction", f"{ksd_text}, but {k_text} ≤ {threshold:.2f}: PSIS or IMH correction is reliable"
+    return "good", f"{k_text} ≤ {threshold:.2f}" + (f" and {ksd_text}" if ksd_text else "")
+
+
+def sampler_quality(sampler: Any, target: Any, *, draws: int = 2000, ksd_draws: int = 500, seed: int = 0,
+                    bootstrap: int = 1000) -> dict[str, Any]:
+    """The sampler's quality report (docs/api.md, `quality`): importance diagnostics of `draws` draws (seed),
+    the KSD test of `ksd_draws` fresh ones (seed + 1), a verdict with its reason. Non-finite numbers stay as
+    floats (the service stores them as null). Function-space samplers get no numbers, only why."""
+    if not hasattr(sampler, "density"):  # samplers.spg: draws are functions, the target has no density
+        return {"density": "unavailable", "density_reason": DENSITY_UNAVAILABLE, "importance": None, "ksd": None,
+                "verdict": None, "reason": "no importance weights or KSD test exist for function-space samplers"}
+    report: dict[str, Any] = {"density": "exact", "importance": None, "ksd": None}
+    khat = threshold = None
+    folded = False
+    try:
+        weighted = importance_draws(sampler, target, draws, seed)
+    except DensityUnavailable as exc:
+        report["density"] = "unavailable"
+        report["density_reason"] = str(exc)
+    else:
+        lw = weighted.log_weights
+        smoothed, khat = importance.psis_smooth(lw)
+        threshold = importance.khat_threshold(draws)
+        evidence = importance.evidence(lw)
+        folded = weighted.info["folded"]
+        if folded:
+            report["density"] = "branch"
+            report["density_reason"] = (
+                f"det ∂f/∂z < 0 at {weighted.info['negative_orientation']} of {draws} draws and > 0 at others: the "
+                "generator is not injective, so log q is the density of each draw's branch (a lower bound)")
+        report["importance"] = {
+            "draws": draws, "pareto_k": khat, "khat_threshold": threshold, "khat_limit": importance.KHAT_LIMIT,
+            "ess": importance.ess(smoothed), "ess_raw": importance.ess(lw),
+            "log_z": evidence.log_z, "log_z_se": evidence.log_z_se, "elbo": evidence.elbo,
+            "elbo_se": evidence.elbo_se}
+    fresh = sampler.sample(ksd_draws, seed + 1).to(torch.float64)
+    score = target.score(fresh)
+    pvalue = None
+    if bool(torch.isfinite(score).all()):
+        test = ksd_test(fresh, score, bootstrap=bootstrap, seed=seed, max_draws=ksd_draws)
+        pvalue = test["pvalue"]
+        report["ksd"] = {"statistic": test["ksd2"], "pvalue": pvalue, "n": int(test["n"]), "level": KSD_LEVEL,
+                         "kernel": "imq", "bootstrap": bootstrap}
+    report["verdict"], report["reason"] = verdict(khat, threshold, pvalue, folded)
+    return report

@@ -1,0 +1,126 @@
+"""`/sample` with `return` and `correct`, and the stored `quality` (issue 16), in-process: a generator trained
+here, stored the way the worker stores it (quality from `sampler_quality`), answers checked against the
+library and against the closed-form Gaussian log-density (scipy, float64)."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+import scipy.stats as st
+import torch
+
+from app.data.db import make_engine, make_session_factory
+from app.data.jobs import new_id
+from app.data.models import Job
+from app.data.samplers import store_sampler
+from app.data.store import make_store
+from inference_core.samplers.certificate import corrected_draws, sampler_quality
+from inference_core.targets import BuildContext, build_target
+from inference_core.training import run
+from tests.unit.test_api_jobs import assert_problem
+from workers.runner import json_safe
+
+MEAN, COV = [1.0, -1.0], [[1.0, 0.9], [0.9, 1.0]]
+TARGET = {"kind": "gaussian", "mean": MEAN, "cov": COV}
+
+
+@pytest.fixture(scope="module")
+def trained():
+    spec = {"method": "gpvi_exact", "target": TARGET, "num_particles": 64, "steps": 30, "seed": 0,
+            "options": {"generator": {"hidden": [32], "lambda": 2.0, "activation": "tanh"},
+                        "optimizer": {"lr": 5e-3}, "precondition": "none"}}
+    return spec, run(spec).method.sampler()
+
+
+def stored(settings, spec: dict, sampler, quality: dict | None) -> str:
+    sessions = make_session_factory(make_engine(settings.database_url))
+    store = make_store(settings.artifacts_url)
+    with sessions() as session:
+        job = Job(id=new_id("job"), tenant_id="local", status="succeeded", method=spec["method"], spec=spec,
+                  spec_sha256="0" * 64, max_attempts=1)
+        session.add(job)
+        session.flush()
+        record, artifacts = store_sampler(store, sampler, tenant_id="local", job_id=job.id, method=spec["method"])
+        record.quality = quality
+        session.add(record)
+        session.flush()
+        session.add_all(artifacts)
+        session.commit()
+        return record.id
+
+
+def test_sample_returns_exact_log_q_and_log_weights(make_client, trained) -> None:
+    spec, sampler = trained
+    client, settings = make_client()
+    target = build_target(TARGET, BuildContext(dtype=torch.float64))
+    quality = json_safe(sampler_quality(sampler, target))
+    url = f"/v1/samplers/{stored(settings, spec, sampler, quality)}"
+
+    meta = client.get(url).json()
+    assert meta["quality"] == quality and meta["quality"]["verdict"] == "usable with correction"
+
+    answer = client.post(url + "/sample", json={"n": 50, "seed": 4, "return": ["log_q", "log_weights"]})
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    draws = np.asarray(body["samples"])
+    np.testing.assert_array_equal(draws, sampler.sample(50, 4).numpy())
+    np.testing.assert_array_equal(body["log_q"], sampler.sample(50, 4, with_log_q=True)[1].numpy())
+    log_p = st.multivariate_normal(MEAN, COV).logpdf(draws.astype(np.float64))
+    np.testing.assert_allclose(body["log_weights"], log_p - np.asarray(body["log_q"]), rtol=1e-10, atol=1e-10)
+    assert body["density"] == "exact" and body["seed"] == 4
+
+    only_q = client.post(url + "/sample", json={"n": 5, "seed": 4, "return": ["log_q"]}).json()
+    np.testing.assert_array_equal(only_q["log_q"], sampler.sample(5, 4, with_log_q=True)[1].numpy())
+    assert "log_weights" not in only_q
+
+
+def test_sample_corrections_match_the_library(make_client, trained) -> None:
+    spec, sampler = trained
+    client, settings = make_client()
+    url = f"/v1/samplers/{stored(settings, spec, sampler, None)}"
+    target = build_target(TARGET, BuildContext(dtype=torch.float64))
+    for method in ("psis", "imh"):
+        body = client.post(url + "/sample", json={"n": 40, "seed": 2, "correct": method, "proposals": 400}).json()
+        expected = corrected_draws(sampler, target, 40, 2, method, 400)
+        np.testing.assert_array_equal(body["samples"], expected.draws.numpy())
+        assert body["correction"]["method"] == method and body["correction"]["proposals"] == 400
+        key = "pareto_k" if method == "psis" else "acceptance_rate"
+        assert body["correction"][key] == pytest.approx(expected.info[key], rel=1e-12)
+    npy = client.post(url + "/sample", json={"n": 40, "seed": 2, "correct": "imh", "proposals": 400},
+                      headers={"Accept": "application/x-npy"})
+    np.testing.assert_array_equal(np.load(io.BytesIO(npy.content), allow_pickle=False), expected.draws.numpy())
+    assert float(npy.headers["X-Correction-Acceptance-Rate"]) == pytest.approx(expected.info["acceptance_rate"])
+    assert client.app.state.target_cache.loads == 1  # built once, then cached
+
+
+def test_certificate_requests_that_cannot_be_honoured(make_client, trained) -> None:
+    spec, sampler = trained
+    client, settings = make_client()
+    url = f"/v1/samplers/{stored(settings, spec, sampler, None)}/sample"
+    assert_problem(client.post(url, json={"n": 3, "return": ["log_q"]}, headers={"Accept": "application/x-npy"}),
+                   422, "return_needs_json")
+    assert_problem(client.post(url, json={"n": 3, "proposals": 10}), 422, "proposals_invalid")
+    assert_problem(client.post(url, json={"n": 3, "correct": "psis", "proposals": 2}), 422, "proposals_invalid")
+    assert client.post(url, json={"n": 3, "correct": "metropolis"}).status_code == 422
+    assert client.post(url, json={"n": 3, "return": ["density"]}).status_code == 422
+
+    uploaded = {**spec, "target": {"kind": "bnn", "dataset": "ds_" + "a" * 32, "hidden": [4]}}
+    url = f"/v1/samplers/{stored(settings, uploaded, sampler, None)}/sample"
+    assert_problem(client.post(url, json={"n": 3, "return": ["log_weights"]}), 422, "log_weights_unavailable")
+    assert client.post(url, json={"n": 3, "return": ["log_q"]}).status_code == 200  # log q needs no target
+
+
+def test_certificate_work_is_capped_before_any_draw(make_client, trained, monkeypatch) -> None:
+    from app.api import certificates
+
+    spec, sampler = trained
+    client, settings = make_client()
+    url = f"/v1/samplers/{stored(settings, spec, sampler, None)}/sample"
+    # k = 2, hidden [32]: 2·32 + 32·2 = 128 multiply-adds per tangent row, so 1000 proposals cost 256,000
+    monkeypatch.setattr(certificates, "MAX_JACOBIAN_WORK", 256_000 - 1)
+    assert_problem(client.post(url, json={"n": 250, "correct": "psis"}), 413, "limit_exceeded")
+    assert client.post(url, json={"n": 249, "correct": "psis"}).status_code == 200
+    monkeypatch.setattr(certificates, "MAX_WEIGHT_ROW_EVALUATIONS", 99)  # a Gaussian counts 1 row per proposal
+    assert_problem(client.post(url, json={"n": 25, "correct": "imh"}), 413, "limit_exceeded")
