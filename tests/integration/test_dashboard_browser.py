@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +18,8 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.support.stack import free_port, wait_for
+from tests.support.serve import ServedParvis, client_env
+from tests.support.stack import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -50,12 +50,6 @@ def _playwright():  # noqa: ANN202
     return sync_playwright
 
 
-def _env(tmp_path: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PARVIS_")}
-    env.update(PYTHONUNBUFFERED="1", HOME=str(tmp_path))
-    return env
-
-
 def _cli(*args: str, env: dict[str, str]) -> str:
     done = subprocess.run([sys.executable, "-m", "app.cli", *args], env=env, capture_output=True, text=True,
                           timeout=120, check=True)
@@ -64,24 +58,12 @@ def _cli(*args: str, env: dict[str, str]) -> str:
 
 def test_the_dashboard_shows_a_finished_jobs_curves_and_2d_plot(tmp_path: Path) -> None:
     sync_playwright = _playwright()
-    port, data = free_port(), tmp_path / "data"
-    env = _env(tmp_path)
-    log = tmp_path / "serve.log"
-    with open(log, "wb") as out:
-        serve = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--auth", "--port", str(port),
-                                  "--data-dir", str(data)], env=env, stdout=out, stderr=subprocess.STDOUT,
-                                 start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
+    served = ServedParvis(tmp_path, "--auth")
+    env, log, base = client_env(tmp_path), served.log, served.url
     client = httpx.Client(base_url=base, timeout=30)
     try:
-        def ready() -> bool:
-            try:
-                return client.get("/v1/health/ready").status_code == 200
-            except httpx.TransportError:
-                return False
-
-        wait_for(ready, 120, what="parvis serve to become ready")
-        key = _cli("keys", "create", "--tenant", "demo", "--data-dir", str(data), env=env)
+        served.wait_ready()
+        key = _cli("keys", "create", "--tenant", "demo", "--data-dir", str(served.data_dir), env=env)
         auth = {"Authorization": f"Bearer {key}"}
         ids = [client.post("/v1/jobs", json=spec, headers=auth).json()["id"] for spec in (GENERATOR, BNN, SPEC)]
         for each in ids:
@@ -183,9 +165,4 @@ def test_the_dashboard_shows_a_finished_jobs_curves_and_2d_plot(tmp_path: Path) 
             shutil.copyfile(shot, SCREENSHOT)
     finally:
         client.close()
-        if serve.poll() is None:
-            serve.send_signal(signal.SIGTERM)
-            try:
-                serve.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(serve.pid, signal.SIGKILL)
+        served.stop()

@@ -25,18 +25,20 @@ def client_env(home: Path, url: str | None = None) -> dict[str, str]:
 
 
 class ServedParvis:
-    def __init__(self, root: Path, **settings: str):
+    def __init__(self, root: Path, *args: str, **settings: str):
+        """`args`: more `parvis serve` options (e.g. "--auth"); `settings`: PARVIS_* variables."""
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = root / "serve.log"
+        self.data_dir = root / "data"
         env = client_env(root)
         env.update(FAST_LIFECYCLE)
         env.update(settings)
         with open(self.log, "wb") as out:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "app.cli", "serve", "--port", str(self.port), "--data-dir", str(root / "data")],
+                [sys.executable, "-m", "app.cli", "serve", "--port", str(self.port), "--data-dir", str(self.data_dir), *args],
                 env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
     def wait_ready(self, timeout: float = 120) -> None:
