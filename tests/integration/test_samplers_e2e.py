@@ -144,3 +144,41 @@ def test_a_deleted_jobs_sampler_is_gone(trained) -> None:
     assert stack.client.post(f"/v1/samplers/{sampler_id}/sample", json={"n": 5}).status_code == 404
     assert stack.client.get(f"/v1/samplers/{sampler_id}/download").status_code == 404
 
+
+
+def test_quality_of_a_sampler_over_an_uploaded_data_set(trained) -> None:
+    """A target over an uploaded data set: the API does not rebuild it (its /sample log weights are 422
+    `log_weights_unavailable`, log q alone is served), but the worker, which has the data, stored the importance
+    diagnostics, and they equal a local recomputation on the same rows given inline."""
+    import torch
+
+    from inference_core.samplers import load
+    from inference_core.samplers.certificate import sampler_quality
+    from inference_core.targets import BuildContext, build_target
+
+    stack, _ = trained
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(40, 1))
+    y = (rng.uniform(size=40) < 1 / (1 + np.exp(-(1.5 * x[:, 0] - 0.5)))).astype(float)
+    upload = stack.client.post("/v1/datasets", json={"X": x.tolist(), "y": y.tolist()})
+    assert upload.status_code == 201, upload.text
+    target = {"kind": "bayesian_logistic_regression", "prior_std": 2.0}
+    spec = {"method": "gpvi_exact", "target": {**target, "dataset": upload.json()["id"]}, "num_particles": 64,
+            "steps": 800, "seed": 7, "options": {"generator": {"hidden": []}, "optimizer": {"lr": 0.01}}}
+    job = stack.wait_status(stack.submit(spec).json()["id"], {"succeeded", "failed"}, timeout=300)
+    assert job["status"] == "succeeded", (job["error"], stack.log_tail())
+    url = f"/v1/samplers/{job['sampler_id']}"
+    quality = stack.client.get(url).json()["quality"]
+    assert quality["density"] == "exact"
+
+    sampler = load(stack.client.get(url + "/download").content)
+    inline = build_target({**target, "dataset": {"X": x.tolist(), "y": y.tolist()}},
+                          BuildContext(dtype=torch.float64))
+    again = sampler_quality(sampler, inline, seed=7)
+    for key in ("pareto_k", "ess", "log_z", "log_z_se", "elbo"):
+        assert quality["importance"][key] == pytest.approx(again["importance"][key], rel=1e-9)
+
+    refused = stack.client.post(url + "/sample", json={"n": 10, "seed": 0, "return": ["log_weights"]})
+    assert refused.status_code == 422 and refused.json()["code"] == "log_weights_unavailable"
+    served = stack.client.post(url + "/sample", json={"n": 10, "seed": 0, "return": ["log_q"]})
+    assert served.status_code == 200 and len(served.json()["log_q"]) == 10
