@@ -52,6 +52,19 @@ class RecordingTransport(httpx.HTTPTransport):
         return response
 
 
+class RecordingAsyncTransport(httpx.AsyncHTTPTransport):
+    """The async twin of RecordingTransport's notes: (method, path, status) of every exchange."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.exchanges: list[tuple[str, str, int]] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await super().handle_async_request(request)
+        self.exchanges.append((request.method, request.url.path, response.status_code))
+        return response
+
+
 @pytest.fixture(scope="module")
 def raw(served: Any) -> Any:
     with httpx.Client(base_url=served.url, timeout=60) as http:
@@ -162,6 +175,18 @@ def test_wait_falls_back_to_polling_when_streams_are_full_then_cancel(client: An
         with pytest.raises(parvis.WaitTimeoutError) as timed_out:
             client.wait(long_job, progress=False, timeout=1.0, poll_interval=0.2)
         assert timed_out.value.code == "wait_timeout"
+
+        async def async_wait() -> RecordingAsyncTransport:  # the async client's fallback and timeout
+            recording = RecordingAsyncTransport()
+            async with parvis.AsyncClient(client.url, transport=recording) as aclient:
+                with pytest.raises(parvis.WaitTimeoutError) as async_timed_out:
+                    await aclient.wait(long_job, progress=False, timeout=1.5, poll_interval=0.2)
+            assert async_timed_out.value.code == "wait_timeout"
+            return recording
+
+        seen = asyncio.run(async_wait()).exchanges
+        assert ("GET", f"/v1/jobs/{long_job['id']}/events", 429) in seen  # refused: the cap is full
+        assert ("GET", f"/v1/jobs/{long_job['id']}", 200) in seen  # so it polled until its timeout
 
         transport = RecordingTransport()
         outcome: dict[str, Any] = {}
