@@ -156,7 +156,10 @@ def variants_sentence(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
 
 def render(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     lines = [
-        f"Written by `benchmarks/reproduce_certificates.py` ({meta['when']}; {meta['machine']}; total "
+        f"Written by `benchmarks/reproduce_certificates.py` ({meta['when']}"
+        + "".join(f", with rows of `--keys {m['keys']}` (seeds {m['seeds']}) added at {m['when']}"
+                  for m in meta.get("merged", []))
+        + f"; {meta['machine']}; total "
         f"{meta['total_s']:.0f} s, a shared machine). Seeds {meta['seeds']}. Each generator is trained as in the "
         "sections above (Tables 1/2: linear generators, k = d, no λ term, "
         f"{meta['gauss_steps']:,} / {meta['blr_steps']:,} steps"
