@@ -203,6 +203,13 @@ def render(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
                 f"lowered the Monte-Carlo Σ error in {better} of {len(group)} runs, mean ratio PSIS / raw "
                 f"{ratio:.2f}; mean raw Σ error {np.mean([r['raw']['cov_rel'] for r in group]):.3f} against the "
                 f"analytic {np.mean([r['exact_raw']['cov_rel'] for r in group]):.3f}.")
+        for r in (r for r in tables if r["khat"] is not None and r["khat"] > 0.7):
+            problem = f"{r['dim']}-D Gaussian" if r["table"] == "gauss" else "BLR"
+            lines.append(
+                f"- k̂ = {r['khat']:.2f} > 0.7 for {LABELS.get(r['key'], r['key'])} on the {problem} (seed {r['seed']}, "
+                f"ESS {r['ess']:.0f} of 2000): verdict `{r['verdict']}`. A small analytic Σ error "
+                f"({r['exact_raw']['cov_rel']:.3f}) does not make the weights' tail light: there PSIS moved the "
+                f"Σ error from {r['raw']['cov_rel']:.3f} (raw) to {r['psis']['cov_rel']:.3f}, as k̂ warned.")
         lines.append("- In this run: on the Gaussians the generators' own error (the analytic column) is below the "
                      "Monte-Carlo noise of 4000 draws, so a correction has little to remove, and IMH's 1000 "
                      "correlated states are noisier than 4000 independent draws; on BLR (trained on minibatches of "
