@@ -140,26 +140,24 @@ def cmd_download(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_methods(args: argparse.Namespace) -> int:
+def _print_listing(args: argparse.Namespace, fetch: str, items: str, columns: tuple[str, ...]) -> int:
+    """A catalog listing (`client.<fetch>()[items]`) as tab-separated `columns`, or the whole answer with --json."""
     with _client(args) as client:
-        listing = client.methods()
+        listing = getattr(client, fetch)()
     if args.json:
         _print_json(listing)
         return 0
-    for method in listing["methods"]:
-        print(f"{method['name']}\t{method.get('family', '-')}\t{method.get('summary', '')}")
+    for item in listing[items]:
+        print("\t".join(str(item.get(column, "-" if column == "family" else "")) for column in columns))
     return 0
+
+
+def cmd_methods(args: argparse.Namespace) -> int:
+    return _print_listing(args, "methods", "methods", ("name", "family", "summary"))
 
 
 def cmd_targets(args: argparse.Namespace) -> int:
-    with _client(args) as client:
-        listing = client.targets()
-    if args.json:
-        _print_json(listing)
-        return 0
-    for kind in listing["kinds"]:
-        print(f"{kind['kind']}\t{kind.get('summary', '')}")
-    return 0
+    return _print_listing(args, "targets", "kinds", ("kind", "summary"))
 
 
 def add_client_commands(sub: Any) -> None:
