@@ -35,6 +35,26 @@ ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
     "gelu": _gelu,
 }
 
+def activation_slope(name: str, pre: Tensor, out: Tensor) -> Tensor:
+    """act'(pre) elementwise, given out = act(pre): closed forms where cheap, else autograd."""
+    if name == "relu":
+        return (pre > 0).to(pre.dtype)
+    if name == "tanh":
+        return 1 - out.square()
+    if name == "sigmoid":
+        return out * (1 - out)
+    if name == "softplus":
+        return torch.sigmoid(pre)
+    if name == "leaky_relu":
+        return torch.where(pre > 0, 1.0, 0.01).to(pre.dtype)
+    if name == "elu":
+        return torch.where(pre > 0, torch.ones_like(out), out + 1)
+    with torch.enable_grad():
+        x = pre.detach().requires_grad_(True)
+        (slope,) = torch.autograd.grad(ACTIVATIONS[name](x).sum(), x)
+    return slope
+
+
 #: How `MLP` draws its initial weights (both U(−1/√fan_in, 1/√fan_in), PyTorch's nn.Linear default, layer by
 #: layer, weight then bias): `float64` draws in float64 then casts (the same numbers on every device and
 #: dtype; generators, helpers, the amortised KSD critic); `float32` draws in float32 (the particle KSD

@@ -86,15 +86,20 @@ def certified_draw(generator: Any, target: Any | None, n: int, seed: int, return
                    correct: str | None, proposals: int | None) -> tuple[np.ndarray, dict[str, Any]]:
     """(draws [n, d] float32, extra JSON fields): `log_q` / `log_weights` per returned draw, `density`
     ("exact" or "branch": the generator folds among these draws), `correction` diagnostics."""
-    from inference_core.samplers.certificate import corrected_draws, draws_with_density, importance_draws
+    from inference_core.samplers.certificate import (
+        PROPOSALS_PER_DRAW,
+        corrected_draws,
+        draws_with_density,
+        importance_draws,
+    )
     from inference_core.samplers.density import DensityUnavailable
 
     one_intra_op_thread()
     if hasattr(generator, "density"):
-        check_jacobian_work(generator, (proposals or 4 * n) if correct is not None else n)
+        check_jacobian_work(generator, (proposals or PROPOSALS_PER_DRAW * n) if correct is not None else n)
     try:
         if correct is not None:
-            check_weight_cost(target, proposals or 4 * n)
+            check_weight_cost(target, proposals or PROPOSALS_PER_DRAW * n)
             weighted = corrected_draws(generator, target, n, seed, correct, proposals)
         elif "log_weights" in returns:
             check_weight_cost(target, n)

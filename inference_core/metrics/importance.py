@@ -147,13 +147,16 @@ def independence_mh(log_weights: np.ndarray, seed: int) -> tuple[np.ndarray, flo
         raise ValueError("no finite log weight: the target is zero (or undefined) at every draw")
     rng = np.random.Generator(np.random.PCG64(seed))
     log_u = np.log(rng.random(lw.size))
-    chain = np.empty(lw.size, dtype=np.int64)
     state = int(finite[0])
+    chain = [state] * lw.size
     accepted = 0
-    for t in range(lw.size):
-        if t > state and log_u[t] < lw[t] - lw[state]:  # −inf weights are never accepted
-            state = t
+    # plain Python floats: a sequential loop over numpy scalars costs several times more per step
+    weights, thresholds = lw.tolist(), (lw - log_u).tolist()  # accept t ⇔ log u_t < lw_t − lw_state
+    current = weights[state]
+    for t in range(state + 1, lw.size):
+        if current < thresholds[t]:  # −inf weights are never accepted
+            state, current = t, weights[t]
             accepted += 1
         chain[t] = state
     moves = max(lw.size - int(finite[0]) - 1, 1)
-    return chain, accepted / moves
+    return np.asarray(chain, dtype=np.int64), accepted / moves

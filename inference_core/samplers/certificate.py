@@ -11,12 +11,12 @@ are the sampler's float32 ones, widened). Determinism: the same (sampler, target
 same answer — the proposals are `sampler.sample(P, seed)`, and the resampling / acceptance stream is seeded by
 `derive_seed(seed, CORRECTION_STREAM)`.
 
-Corrections draw P = `proposals` (default 4n) generator draws:
+Corrections draw P = `proposals` (default 2n) generator draws:
 * "psis": n indices resampled with replacement with probabilities ∝ the Pareto-smoothed weights of the P
   proposals (metrics.importance.psis_resample); reliable when k̂ is below the threshold it reports.
 * "imh": an independence Metropolis–Hastings chain over the P proposals (metrics.importance.independence_mh);
   the first P − n·t states are dropped as burn-in and the rest thinned by t = max(1, ⌊P/(2n)⌋), so the
-  default keeps every other state of the chain's second half. Exact in the limit whenever p ≪ q (a GPVI
+  default keeps the chain's second half (P = 4n would keep every other state of it). Exact in the limit whenever p ≪ q (a GPVI
   generator with λ > 0 has full support).
 """
 
@@ -37,8 +37,10 @@ from inference_core.samplers.spg import DENSITY_UNAVAILABLE
 from inference_core.seeding import derive_seed
 
 CORRECTION_STREAM = 16
-#: default proposals per returned draw
-PROPOSALS_PER_DRAW = 4
+#: default proposals per returned draw. 2, not 4: the exact log q of each proposal is the cost of a correction
+#: (its float64 Jacobian block), and at 4n a correction of 10,000 draws took 70 ms over HTTP against the 50 ms
+#: goal of /sample (docs/benchmarks.md); ask for more `proposals` where exactness matters more than latency.
+PROPOSALS_PER_DRAW = 2
 #: significance level of the quality report's KSD goodness-of-fit test
 KSD_LEVEL = 0.05
 CORRECTIONS = ("psis", "imh")

@@ -98,7 +98,7 @@ def test_quality_report_and_certified_draws(trained) -> None:
     log_p = st.multivariate_normal([1.0, -1.0], COV).logpdf(draws.astype(np.float64))
     np.testing.assert_allclose(np.asarray(body["log_weights"]) + np.asarray(body["log_q"]), log_p, rtol=1e-10)
     corrected = stack.client.post(url + "/sample", json={"n": 200, "seed": 3, "correct": "psis"}).json()
-    assert corrected["correction"]["proposals"] == 800
+    assert corrected["correction"]["proposals"] == 400  # the default, 2n
     assert corrected["correction"]["pareto_k"] < corrected["correction"]["khat_threshold"]
     assert np.asarray(corrected["samples"]).shape == (200, 2)
 

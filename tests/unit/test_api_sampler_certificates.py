@@ -120,7 +120,7 @@ def test_certificate_work_is_capped_before_any_draw(make_client, trained, monkey
     url = f"/v1/samplers/{stored(settings, spec, sampler, None)}/sample"
     # k = 2, hidden [32]: 2·32 + 32·2 = 128 multiply-adds per tangent row, so 1000 proposals cost 256,000
     monkeypatch.setattr(certificates, "MAX_JACOBIAN_WORK", 256_000 - 1)
-    assert_problem(client.post(url, json={"n": 250, "correct": "psis"}), 413, "limit_exceeded")
-    assert client.post(url, json={"n": 249, "correct": "psis"}).status_code == 200
+    assert_problem(client.post(url, json={"n": 500, "correct": "psis"}), 413, "limit_exceeded")  # 2n proposals
+    assert client.post(url, json={"n": 499, "correct": "psis"}).status_code == 200
     monkeypatch.setattr(certificates, "MAX_WEIGHT_ROW_EVALUATIONS", 99)  # a Gaussian counts 1 row per proposal
-    assert_problem(client.post(url, json={"n": 25, "correct": "imh"}), 413, "limit_exceeded")
+    assert_problem(client.post(url, json={"n": 50, "correct": "imh"}), 413, "limit_exceeded")

@@ -73,7 +73,7 @@ class SampleRequest(BaseModel):
         default=None, description="'psis': n draws resampled by their Pareto-smoothed importance weights from "
         "`proposals` generator draws; 'imh': independence Metropolis-Hastings with the generator as proposal")
     proposals: int | None = Field(default=None, ge=1, description="generator draws behind a correction "
-                                  f"(default 4n; n to {MAX_PROPOSALS_PER_DRAW}n)")
+                                  f"(default 2n; n to {MAX_PROPOSALS_PER_DRAW}n)")
 
 
 def check_inputs(body: SampleRequest, config: dict[str, Any], settings: Any) -> list[list[float]] | None:

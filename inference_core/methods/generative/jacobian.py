@@ -16,28 +16,8 @@ import torch
 from torch import Tensor
 from torch.func import vjp, vmap
 
-from inference_core.networks import ACTIVATIONS
+from inference_core.networks import ACTIVATIONS, activation_slope
 from inference_core.samplers.generator import GeneratorNetwork, mlp_features
-
-
-def activation_slope(name: str, pre: Tensor, out: Tensor) -> Tensor:
-    """act'(pre) elementwise, given out = act(pre): closed forms where cheap, else autograd."""
-    if name == "relu":
-        return (pre > 0).to(pre.dtype)
-    if name == "tanh":
-        return 1 - out.square()
-    if name == "sigmoid":
-        return out * (1 - out)
-    if name == "softplus":
-        return torch.sigmoid(pre)
-    if name == "leaky_relu":
-        return torch.where(pre > 0, 1.0, 0.01).to(pre.dtype)
-    if name == "elu":
-        return torch.where(pre > 0, torch.ones_like(out), out + 1)
-    with torch.enable_grad():
-        x = pre.detach().requires_grad_(True)
-        (slope,) = torch.autograd.grad(ACTIVATIONS[name](x).sum(), x)
-    return slope
 
 
 class GeneratorJacobian:

@@ -1,9 +1,12 @@
-"""Sampler certificates (samplers/certificate.py) on GPVI generators trained here in short CPU runs, against
-the targets' exact moments and normalisers.
+"""Sampler certificates (samplers/certificate.py) against the targets' exact moments and normalisers.
 
-Generators: tanh MLPs with λ > 0 (GPVI eq. 6), trained by `gpvi_exact` without preconditioning. The tests
-assert they do not fold (one orientation of det ∂f/∂z over the draws), since the exact log q needs an
-injective f; a ReLU generator that folds is the negative case.
+Generators are set by hand, f(z) = λz + b + W tanh(Vz + c) (GPVI eq. 6's form) with seeded weights, not trained:
+a short GPVI run's generator depends on its trajectory, which differs with the CPU's floating point (moved from
+an AMD to an Intel machine, a trained tanh generator with λ = 2 folded in 3 of 5 training seeds and its PSIS
+margin swung from 0.38 to 1.9), while a hand-set one is the same everywhere and its properties hold by
+construction: ‖W‖₂‖V‖₂ < λ makes f injective (GPVI's premise), so log q is exact; the shift and λ ≠ the
+target's scale make the raw draws measurably wrong. The negative case folds by construction (a coordinate's
+slope is −2.8 at 0 and ≈ λ = 0.2 > 0 where tanh saturates).
 """
 
 from __future__ import annotations
@@ -14,7 +17,6 @@ import numpy as np
 import pytest
 import torch
 
-from inference_core import run
 from inference_core.metrics.ksd_test import ksd_test
 from inference_core.samplers import GeneratorNetwork, Sampler
 from inference_core.samplers.certificate import (
@@ -29,10 +31,16 @@ BANANA = {"kind": "banana", "dim": 2, "scale": 1.0, "curvature": 0.25}
 GAUSSIAN = {"kind": "gaussian", "mean": [1.0, -1.0], "cov": [[1.0, 0.9], [0.9, 1.0]]}
 
 
-def train(target: dict, generator: dict, steps: int) -> Sampler:
-    result = run({"method": "gpvi_exact", "target": target, "num_particles": 64, "steps": steps, "seed": 0,
-                  "options": {"generator": generator, "optimizer": {"lr": 5e-3}, "precondition": "none"}})
-    return result.method.sampler()
+def misfit(lam: float = 1.3, shift: tuple[float, float] = (0.7, -0.7)) -> Sampler:
+    """f(z) = λz + shift + W tanh(Vz + c), hidden width 16, seeded PyTorch-default weights: ‖W‖₂‖V‖₂ ≈ 1.0 < λ,
+    so f is injective; draws are over-dispersed and shifted against both targets (module docstring)."""
+    network = GeneratorNetwork(input_dim=2, hidden=[16], output_dim=2, activation="tanh", lam=lam,
+                               generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        network.output.bias.copy_(torch.tensor(shift))
+    lipschitz = torch.linalg.matrix_norm(network.output.weight, 2) * torch.linalg.matrix_norm(network.hidden[0].weight, 2)
+    assert lipschitz < lam
+    return Sampler.from_generator(network, method="gpvi", target_kind="hand-set")
 
 
 def target64(spec: dict):
@@ -50,42 +58,43 @@ def moments(x: torch.Tensor) -> np.ndarray:
     return np.concatenate([x.mean(0), (x**2).mean(0)])
 
 
-@pytest.mark.parametrize(("spec", "generator", "steps", "ratio"), [
-    # measured (seeds 0-4): banana max error 0.147 raw → 0.052 corrected (k̂ ≈ 0.5); Gaussian 0.367 → 0.081
-    (BANANA, {"hidden": [32], "lambda": 1.0, "activation": "tanh"}, 500, 0.6),
-    (GAUSSIAN, {"hidden": [32], "lambda": 2.0, "activation": "tanh"}, 300, 0.5),
+@pytest.mark.parametrize(("spec", "shift", "ratio"), [
+    # measured (seeds 0-4): banana max error 1.24 raw → 0.064 corrected (k̂ ≤ −0.1); Gaussian 0.88 → 0.14 (k̂ ≤ −0.8)
+    (BANANA, (0.3, 0.3), 0.25),
+    (GAUSSIAN, (0.7, -0.7), 0.4),
 ])
-def test_psis_corrected_moments_beat_the_raw_draws(spec: dict, generator: dict, steps: int, ratio: float) -> None:
+def test_psis_corrected_moments_beat_the_raw_draws(spec: dict, shift: tuple[float, float], ratio: float) -> None:
     """E[x] and E[x²] (max abs error over coordinates) of 1000 PSIS-resampled draws from 4000 proposals against
     the same 4000 raw generator draws: the corrected error is below `ratio` × the raw one on average over 5
-    seeds, and below the raw one in at least 4 of them."""
-    sampler, target = train(spec, generator, steps), target64(spec)
+    seeds, and below the raw one in every seed."""
+    sampler, target = misfit(shift=shift), target64(spec)
     truth = first_two_moments(target)
     raw_errors, corrected_errors = [], []
     for seed in range(5):
         pool = importance_draws(sampler, target, 4000, seed)
         assert not pool.info["folded"]
-        corrected = corrected_draws(sampler, target, 1000, seed, "psis")
-        assert torch.equal(corrected.draws, corrected_draws(sampler, target, 1000, seed, "psis").draws)
+        corrected = corrected_draws(sampler, target, 1000, seed, "psis", proposals=4000)
+        assert torch.equal(corrected.draws, corrected_draws(sampler, target, 1000, seed, "psis", proposals=4000).draws)
         assert corrected.info["pareto_k"] < corrected.info["khat_threshold"]
         raw_errors.append(np.abs(moments(pool.draws) - truth).max())
         corrected_errors.append(np.abs(moments(corrected.draws) - truth).max())
     raw_errors, corrected_errors = np.array(raw_errors), np.array(corrected_errors)
     assert corrected_errors.mean() < ratio * raw_errors.mean()
-    assert (corrected_errors < raw_errors).sum() >= 4
+    assert (corrected_errors < raw_errors).all()
 
 
 def test_imh_draws_pass_the_ksd_test_where_the_raw_draws_fail() -> None:
-    """An under-trained generator (30 steps): its raw draws are rejected by the KSD test at 5 %; 500 IMH draws
-    (2000 proposals, half burn-in, thinned by 2) are not, with the Markov-chain wild bootstrap (a = 0.1)."""
-    sampler, target = train(GAUSSIAN, {"hidden": [32], "lambda": 2.0, "activation": "tanh"}, 30), target64(GAUSSIAN)
+    """A misfit generator: its raw draws are rejected by the KSD test at 5 %; 500 IMH draws (2000 proposals,
+    half burn-in, thinned by 2) are not, with the Markov-chain wild bootstrap (a = 0.1). Measured: acceptance
+    0.22, p = 0.82."""
+    sampler, target = misfit(), target64(GAUSSIAN)
     raw = sampler.sample(500, 0).double()
     assert ksd_test(raw, target.score(raw))["pvalue"] < 0.05
-    chain = corrected_draws(sampler, target, 500, 0, "imh")
-    assert not chain.info["folded"] and 0.2 < chain.info["acceptance_rate"] < 1
+    chain = corrected_draws(sampler, target, 500, 0, "imh", proposals=2000)
+    assert not chain.info["folded"] and 0.1 < chain.info["acceptance_rate"] < 1
     x = chain.draws.double()
     assert ksd_test(x, target.score(x), flip_probability=0.1)["pvalue"] >= 0.05
-    assert torch.equal(chain.draws, corrected_draws(sampler, target, 500, 0, "imh").draws)
+    assert torch.equal(chain.draws, corrected_draws(sampler, target, 500, 0, "imh", proposals=2000).draws)
 
 
 class ShiftedTarget:
@@ -102,8 +111,7 @@ class ShiftedTarget:
 
 
 def test_quality_report_evidence_matches_a_known_normaliser() -> None:
-    sampler = train(GAUSSIAN, {"hidden": [32], "lambda": 2.0, "activation": "tanh"}, 300)
-    report = sampler_quality(sampler, ShiftedTarget(target64(GAUSSIAN), 2.5))
+    report = sampler_quality(misfit(), ShiftedTarget(target64(GAUSSIAN), 2.5))
     weights = report["importance"]
     assert report["density"] == "exact"
     assert abs(weights["log_z"] - 2.5) < 3 * weights["log_z_se"] and weights["log_z_se"] < 0.05
@@ -116,8 +124,15 @@ def test_quality_report_evidence_matches_a_known_normaliser() -> None:
 
 
 def test_a_folding_generator_is_reported_unreliable() -> None:
-    """ReLU [32, 32], λ = 1, 30 steps on the Gaussian: det ∂f/∂z takes both signs over the draws."""
-    sampler = train(GAUSSIAN, {"hidden": [32, 32], "lambda": 1.0}, 30)
+    """f(z) = 0.2z − 3 tanh(z): det ∂f/∂z = Π_i (0.2 − 3 sech² z_i) < 0 where exactly one |z_i| > 2.03."""
+    network = GeneratorNetwork(input_dim=2, hidden=[2], output_dim=2, activation="tanh", lam=0.2,
+                               generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        network.hidden[0].weight.copy_(torch.eye(2))
+        network.hidden[0].bias.zero_()
+        network.output.weight.copy_(-3 * torch.eye(2))
+        network.output.bias.zero_()
+    sampler = Sampler.from_generator(network, method="gpvi", target_kind="hand-set")
     report = sampler_quality(sampler, target64(GAUSSIAN))
     assert report["density"] == "branch" and "not injective" in report["density_reason"]
     assert report["verdict"] == "unreliable" and "folds" in report["reason"]
