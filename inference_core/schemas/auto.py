@@ -18,6 +18,9 @@ class PathfinderOptions(StrictModel):
     start_scale: float = Field(default=2.0, gt=0, le=1e6)
     max_iters: int = Field(default=1000, ge=1, le=100_000, description="L-BFGS iterations per path")
     history: int = Field(default=6, ge=1, le=100, description="L-BFGS curvature pairs (Pathfinder's J)")
+    newton_steps: int = Field(default=10, ge=0, le=1000,
+                              description="saddle-free Newton steps after each L-BFGS path (2d gradient rows each): "
+                              "they reach the mode of a badly conditioned posterior where L-BFGS crawls")
     tol: float = Field(default=1e-9, gt=0, le=1, description="stop a path when log p gains less than tol·|log p|")
     max_candidates: int = Field(default=8, ge=1, le=1000,
                                 description="points per path where a Gaussian is formed and its ELBO estimated")

@@ -27,7 +27,8 @@ class GeneratorOptions(StrictModel):
     """The generator f(z) = g(z[:k]) + λz (GPVI eq. 6), g an MLP k → hidden... → d with a linear output.
 
     `hidden: []` is a linear generator (the paper's Gaussian and BLR experiments). `lambda` (JSON key)
-    defaults to: GPVI 1.0 when k < d (paper §3.2), none (λ = 0, f = g) when k = d (ALF); for targets with
+    defaults to: GPVI 1.0 when k < d (paper §3.2), none (λ = 0, f = g) when k = d (ALF) unless trained in
+    whitened coordinates (`precondition`), where it is 1.0 and the generator starts as f(z) = z; for targets with
     their own initialisation (BNN hypernetworks) 0.01 when k < d (ALF's MNIST hypernetwork has 0.1, a floor
     of 0.1 on every weight's sd: docs/reproduction.md, GPVI BNN section); amortised
     methods 0 (noise of width k). With λ > 0 the noise has d columns, else k.
@@ -86,8 +87,10 @@ class GenerativeOptions(StrictModel):
     precondition: Literal["none", "pathfinder", "auto"] = Field(
         default="none",
         description="'pathfinder': train in whitened coordinates x = μ + R u from a Pathfinder Gaussian N(μ, R Rᵀ) "
-        "(the sampler stores the affine output and maps its draws back); 'auto': 'pathfinder' unless the target "
-        "has its own initialisation (BNN weights). GPVI's default is 'auto' (docs/method-choice.md)")
+        "(the sampler stores the affine output and maps its draws back; a generator with λ > 0 starts there: "
+        "g's output layer is zeroed, so f(z) = λz, and GPVI's default λ is 1 when whitened); 'auto': 'pathfinder' "
+        "unless the target has its own initialisation (BNN weights). GPVI's default is 'auto' "
+        "(docs/method-choice.md)")
 
 
 class KernelGenerativeOptions(GenerativeOptions):

@@ -45,11 +45,12 @@ class _GPVIBase(GenerativeMethod):
         super().__init__(target, options, num_particles, seed, device)
         self.expectation_particles = expectation_size(options, num_particles)
 
-    def default_lambda(self, k: int, d: int, own_init: bool) -> float:
-        """Paper §3.2: λ = 1; no λ term when k = d (ALF: f = g, J_f = J_g); BNN-like targets
-        HYPERNETWORK_LAMBDA (0.01; ALF's 0.1 floors every weight's sd at 0.1)."""
+    def default_lambda(self, k: int, d: int, own_init: bool, whitened: bool) -> float:
+        """Paper §3.2: λ = 1; no λ term when k = d (ALF: f = g, J_f = J_g) unless trained whitened, where λ = 1
+        and g's zeroed output layer start the generator at the Pathfinder Gaussian (base.whitened_view); BNN-like
+        targets HYPERNETWORK_LAMBDA (0.01; ALF's 0.1 floors every weight's sd at 0.1)."""
         if k == d:
-            return 0.0
+            return 1.0 if whitened else 0.0
         return HYPERNETWORK_LAMBDA if own_init else 1.0
 
     def check_lambda(self, lam: float, k: int, d: int) -> None:

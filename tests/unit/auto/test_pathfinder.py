@@ -97,3 +97,44 @@ def test_no_finite_start_names_the_bad_coordinates() -> None:
         assert "no finite starting point in 3 draws" in exc.detail
     else:
         raise AssertionError("expected TargetNonFinite")
+
+
+
+class NoiseRegression(Target):
+    """y = Xβ + ε, ε ~ N(0, σ²), flat prior on (β, log σ); X has an intercept and 6 features correlated 0.999,
+    y is in "original units" (intercept 150, noise sd 50), like the robustness suite's diabetes regression.
+    Its mode is closed-form: β̂ by least squares, σ̂² = RSS/n; there −H⁻¹ is σ̂²(XᵀX)⁻¹ ⊕ 1/(2n)."""
+
+    def __init__(self, n: int = 200, features: int = 6, seed: int = 0):
+        rng = np.random.default_rng(seed)
+        corr = 0.999 * np.ones((features, features)) + 0.001 * np.eye(features)
+        X = np.hstack([np.ones((n, 1)), rng.standard_normal((n, features)) @ np.linalg.cholesky(corr).T])
+        y = X @ np.append(150.0, 20 * rng.standard_normal(features)) + 50 * rng.standard_normal(n)
+        beta = np.linalg.solve(X.T @ X, X.T @ y)
+        variance = ((y - X @ beta) ** 2).sum() / n
+        self.X, self.y, self.n, self.dim = torch.tensor(X), torch.tensor(y), n, features + 2
+        self.mode = torch.tensor(np.append(beta, 0.5 * math.log(variance)))
+        cov = np.zeros((self.dim, self.dim))
+        cov[:-1, :-1], cov[-1, -1] = variance * np.linalg.inv(X.T @ X), 1 / (2 * n)
+        self.laplace_cov = torch.tensor(cov)
+
+    def log_prob(self, x, batch=None):
+        residual = self.y - x[:, :-1] @ self.X.T
+        return -self.n * x[:, -1] - 0.5 * residual.square().sum(-1) * torch.exp(-2 * x[:, -1])
+
+
+def test_newton_steps_finish_a_path_that_lbfgs_leaves_short() -> None:
+    """50 L-BFGS iterations a path leave the badly scaled regression's paths 4.6 sds from its mode and the best
+    Gaussian's mean 0.5 sd off; 10 Newton steps after them reach the mode, whose Laplace fit is then chosen."""
+    target = NoiseRegression()
+    sd = target.laplace_cov.diagonal().sqrt()
+    options = dict(starts=2, start_scale=2.0, max_iters=50, history=6, tol=1e-12, max_candidates=4, elbo_draws=32)
+    short = pathfinder(target, generator=torch.Generator().manual_seed(0), newton_steps=0, **options)
+    assert float(((short.path_ends - target.mode) / sd).abs().max()) > 1.0
+    assert float(((short.best.mean - target.mode) / sd).abs().max()) > 0.1
+    refined = pathfinder(target, generator=torch.Generator().manual_seed(0), newton_steps=10, **options)
+    assert float(((refined.path_ends - target.mode) / sd).abs().max()) < 1e-8
+    assert float(((refined.best.mean - target.mode) / sd).abs().max()) < 1e-6
+    cov = refined.best.root @ refined.best.root.T
+    torch.testing.assert_close(cov, target.laplace_cov, rtol=1e-4, atol=1e-4 * float(sd.min()) ** 2)
+    assert refined.grad_evals > short.grad_evals

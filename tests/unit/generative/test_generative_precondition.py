@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from inference_core.samplers import load
-from inference_core.training import run
+from inference_core.spec import JobSpec
+from inference_core.training import build_method, run
 
 COV = [[4.0, 1.0, 0.0], [1.0, 1.0, 0.05], [0.0, 0.05, 0.01]]
 
@@ -46,3 +47,19 @@ def test_without_preconditioning_the_stored_config_has_no_affine_entry() -> None
     assert sampler.config["generator"]["affine"] is False  # precondition "none" here
     with zipfile.ZipFile(io.BytesIO(sampler.to_zip_bytes())) as archive:  # bytes as before this option existed
         assert "affine" not in json.loads(archive.read("config.json"))["generator"]
+
+
+def test_whitened_gpvi_starts_as_the_pathfinder_gaussian() -> None:
+    """With k = d and whitening GPVI's default λ is 1 and g's output layer starts at zero, so before any step
+    f(z) = z and the sampler's draws are shift + R z: the Pathfinder Gaussian (here the target itself)."""
+    spec = JobSpec.model_validate({"method": "gpvi", "seed": 0, "num_particles": 16, "steps": 1,
+                                   "target": {"kind": "gaussian", "mean": [100.0, -3.0, 0.5], "cov": COV},
+                                   "options": {"dtype": "float64"}})
+    method = build_method(spec)
+    assert method.network.lam_float() == 1.0
+    sampler = method.sampler()
+    z = sampler.sample_noise(4096, 0).double()
+    expected = method.view.shift + z @ method.view.root.T
+    torch.testing.assert_close(sampler.sample(4096, 0).double(), expected, rtol=1e-6, atol=1e-4)
+    unwhitened = build_method(spec.model_copy(update={"options": {"precondition": "none"}}))
+    assert unwhitened.network.lam_float() == 0.0  # ALF's f = g for k = d in raw coordinates

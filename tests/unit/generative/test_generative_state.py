@@ -95,8 +95,9 @@ def build(method: str, options: dict, target: dict | None = None):
 
 
 def test_lambda_rules() -> None:
-    # k = d: no λ term by default (ALF), the noise is k-dimensional and f = g exactly
-    full = build("gpvi", {"generator": {"hidden": [4], "noise_dim": 3}})
+    # k = d in raw coordinates: no λ term by default (ALF), the noise is k-dimensional and f = g exactly (whitened,
+    # λ = 1: test_generative_precondition)
+    full = build("gpvi", {"generator": {"hidden": [4], "noise_dim": 3}, "precondition": "none"})
     assert full.network.lam_float() == 0.0 and full.network.noise_dim == 3
     z = torch.randn(5, 3)
     with torch.no_grad():
