@@ -135,12 +135,12 @@ def run(args: argparse.Namespace) -> None:
                         continue
                     cell = run_cell(stack, name, method, args)
                     cell["run_at"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+                    cell["machine"] = machine_summary()
                     results["runs"][key] = cell
                     save_results(args.results, results)
                     print(f"{key}: {_cell_text(cell)}  [{cell.get('wall_time_s', '-')} s]",
                           flush=True)
         finally:
-            results["machine"] = machine_summary()
             save_results(args.results, results)
 
 
@@ -158,11 +158,24 @@ def _cell_text(cell: dict[str, Any]) -> str:
     return f"{mark} {cell['mean_error']:.2f} / {cell['log_sd_error']:.2f}"
 
 
+def machines_text(results: dict[str, Any], methods: list[str]) -> str:
+    """Where and when each method's column was run (cells are rerun per method, so columns can differ: compare
+    wall times only within one)."""
+    runs: dict[tuple[str, str], list[str]] = {}
+    for method in methods:
+        cells = [c for k, c in results["runs"].items() if k.endswith(f"/{method}") and c.get("status") != "missing"]
+        when = max((c.get("run_at", "") for c in cells), default="")
+        machine = next((c["machine"] for c in cells if c.get("machine")), results.get("machine", "unknown"))
+        runs.setdefault((machine, when[:10]), []).append(f"`{method}`")
+    parts = [f"{', '.join(names)} on {machine}" + (f" ({day})" if day else "") for (machine, day), names in runs.items()]
+    return "machines: " + "; ".join(parts) + "." + (" Wall times compare within a column." if len(runs) > 1 else "")
+
+
 def report(results: dict[str, Any], methods: list[str]) -> str:
     table_methods = [m for m in methods if any(k.endswith(f"/{m}") for k in results["runs"])] or methods
     lines = [
         f"Run with `python benchmarks/robustness.py` (results in `benchmarks/results/robustness.json`); "
-        f"machine: {results.get('machine', 'unknown')}.",
+        f"{machines_text(results, table_methods)}",
         "",
         "Problems are real posteriors written as `expression` targets (benchmarks/robustness/problems.py); each is "
         "submitted over HTTP with the method's documented defaults (100 particles), except that `auto` gets steps "
