@@ -101,10 +101,13 @@ def run_cell(stack: Any, name: str, method: str, args: argparse.Namespace) -> di
         error = job.get("error") or {}
         out.update(code=error.get("code"), detail=str(error.get("detail"))[:500])
         return out
+    out["verdict"] = (job.get("quality") or {}).get("verdict")  # what the service itself tells the user
     if job.get("sampler_id"):
         r = stack.client.post(f"/v1/samplers/{job['sampler_id']}/sample", json={"n": args.draws, "seed": 0})
         r.raise_for_status()
         draws, out["draws_from"] = np.asarray(r.json()["samples"], dtype=np.float64), "sampler"
+        sampler = stack.client.get(f"/v1/samplers/{job['sampler_id']}").json()
+        out["verdict"] = (sampler.get("quality") or {}).get("verdict")  # the sampler certificate's
     else:
         r = stack.client.get(f"/v1/jobs/{job_id}/particles")
         r.raise_for_status()
@@ -186,7 +189,9 @@ def report(results: dict[str, Any], methods: list[str]) -> str:
         "(`grad_evals` of the job's final metrics, n/a when the method does not report it) and the job's wall time. "
         "References: closed form, or NUTS (4 chains, split R-hat < 1.01 and bulk ESS > 400 for every parameter; "
         "benchmarks/robustness/references/). The funnel is scored on v only (x_i's sd is carried by rare large v: "
-        "even 20,000 exact draws miss it by more than the bar).",
+        "even 20,000 exact draws miss it by more than the bar). Last, in italics, what the service itself told the "
+        "user: the verdict of the job's `quality` block, or for a sampler its certificate's (docs/api.md): a miss "
+        "the service calls `unreliable` is an honest one.",
         "",
         "Calibration caveat: exact draws have sampling error too. The worst-of-d mean error of n exact draws is "
         "about E max_j |z_j| / √n: ≈ 0.14 (d = 4), 0.19 (d = 10), 0.25 (d = 50) at n = 100, the default particle "
@@ -215,6 +220,8 @@ def report(results: dict[str, Any], methods: list[str]) -> str:
                 grads = f"{grads:.3g}" if isinstance(grads, int | float) else grads
                 seconds = cell.get("job_time_s") or cell.get("wall_time_s")
                 text += f"; {grads} grads; {seconds:.0f} s"
+                if cell.get("verdict"):
+                    text += f"; says *{cell['verdict']}*"
             cells.append(text)
         flag = " (flagged)" if problem.flagged else ""
         lines.append(f"| {name}{flag} | {problem.dim} | {ref_text} | " + " | ".join(cells) + " |")
