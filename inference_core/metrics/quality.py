@@ -41,7 +41,10 @@ import torch
 from inference_core.metrics.ksd_test import ksd_test
 
 #: r below this in the root-mean-square over coordinates, or below MIN_RATIO in any coordinate → collapsed.
-MEAN_RATIO_LOW = 0.7
+#: 0.8: sds more than 20 % low (the robustness suite's bar, |log sd ratio| ≤ 0.25, is a ratio of 0.78). It was
+#: 0.7, and `svgd` on the non-centred eight schools (r = 0.72, actual sd ratio 0.70) passed as `good`; `auto`'s
+#: and `gpvi`'s fits of the suite measure 0.93-0.99.
+MEAN_RATIO_LOW = 0.8
 MIN_RATIO = 0.5
 #: r above this in the root-mean-square → over-dispersed (e.g. particles that never left a wide start).
 MEAN_RATIO_HIGH = 1.5
