@@ -46,6 +46,12 @@ class AutoOptions(StrictModel):
         default="float64", description="float64 by default: badly scaled posteriors lose digits in float32")
     pathfinder: PathfinderOptions = Field(default_factory=PathfinderOptions)
     lr: float = Field(default=0.2, gt=0, le=10, description="SGD step in whitened units (posterior sds)")
+    momentum: float = Field(
+        default=0.9, ge=0, lt=1,
+        description="heavy-ball momentum of the particle moves. 0.9, not 0 (plain SGD, before): measured on the "
+        "robustness suite (seeds 0-2), the worst |log sd ratio| fell from 0.19-0.21 to 0.05-0.09 on the badly "
+        "scaled Gaussians and breast cancer, and the non-centred eight schools met the convergence rule at 200-800 "
+        "steps instead of running to the 3,000-step cap (momentum 0.5 did not)")
     max_move: float = Field(default=1.0, gt=0, le=1e3,
                             description="largest move of one particle per step, in whitened units")
     bandwidth_factor: float | Literal["auto"] = Field(

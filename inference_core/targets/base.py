@@ -60,6 +60,16 @@ class Target:
             (grad,) = torch.autograd.grad(lp.sum(), x)
         return grad
 
+    def log_prob_and_score(self, x: Tensor, batch: object | None = None) -> tuple[Tensor, Tensor]:
+        """(log p, ∇log p) per row: one autograd pass when `score` is the autograd default, else both methods."""
+        if type(self).score is not Target.score:
+            return self.log_prob(x, batch), self.score(x, batch)
+        with torch.enable_grad():
+            x = x.detach().requires_grad_(True)
+            lp = self.log_prob(x, batch)
+            (grad,) = torch.autograd.grad(lp.sum(), x)
+        return lp.detach(), grad
+
     def reference(self) -> Reference | None:
         return None
 

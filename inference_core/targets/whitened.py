@@ -29,5 +29,9 @@ class WhitenedTarget(Target):
     def score(self, u: Tensor, batch: object | None = None) -> Tensor:
         return self.base.score(self.to_target(u), batch) @ self.root.to(u)
 
+    def log_prob_and_score(self, u: Tensor, batch: object | None = None) -> tuple[Tensor, Tensor]:
+        log_p, score = self.base.log_prob_and_score(self.to_target(u), batch)
+        return log_p, score @ self.root.to(u)
+
     def sample_batch(self, generator):  # noqa: ANN001, ANN201 - the base's batches, unchanged
         return self.base.sample_batch(generator)
