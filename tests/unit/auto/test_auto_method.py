@@ -116,3 +116,19 @@ def test_auto_refuses_targets_too_large_for_dense_whitening() -> None:
             "target": {"kind": "expression", "dim": d, "log_prob": "-0.5 * sum(x**2)"}}
     with pytest.raises(errors.MethodUnsupportedForTarget, match="up to 2000"):
         build_method(validate_job_spec(spec))
+
+
+@pytest.mark.parametrize("spec", [
+    {"kind": "gaussian", "mean": [1.0, -1.0], "cov": [[2.0, 0.3], [0.3, 0.5]]},  # analytic score
+    {"kind": "expression", "dim": 2, "log_prob": "log(x[0]) - x[0] - x[1]**2 / 18"},  # autograd score
+])
+def test_log_prob_and_score_equal_the_two_calls(spec: dict) -> None:
+    """`auto` reads log p from the score's pass (to send particles back into the support): it must be the
+    target's own log p and score, NaN outside the support included."""
+    from inference_core.targets import BuildContext, build_target
+
+    target = build_target(spec, BuildContext(dtype=torch.float64))
+    x = torch.tensor([[0.7, 0.2], [2.0, -1.0], [-0.5, 0.3]], dtype=torch.float64)
+    log_p, score = target.log_prob_and_score(x)
+    torch.testing.assert_close(log_p, target.log_prob(x), equal_nan=True)
+    torch.testing.assert_close(score, target.score(x), equal_nan=True)
