@@ -90,13 +90,13 @@ def chi2_quantile(p: float, d: int) -> float:
     return d * (1 - 2 / (9 * d) + z * math.sqrt(2 / (9 * d))) ** 3
 
 
-def check_stranded(target: Any, x: torch.Tensor, report: dict[str, Any], warnings: list[dict[str, str]]) -> None:
-    """`stranded_draws` (count) and `log_p_gap_max` in the report, and the warning (module docstring)."""
-    with torch.no_grad():
-        log_p = target.log_prob(x).double()
+def check_stranded(log_p: torch.Tensor, d: int, report: dict[str, Any], warnings: list[dict[str, str]]) -> None:
+    """`stranded_draws` (count) and `log_p_gap_max` in the report, and the warning, from the draws' log p
+    (module docstring)."""
+    log_p = log_p.double()
     if not bool(torch.isfinite(log_p).all()):
         return
-    n, d = x.shape
+    n = log_p.shape[0]
     gap = log_p.max() - log_p
     threshold = 0.5 * chi2_quantile(1 - STRANDED_LEVEL / n, d)
     stranded = int((gap > threshold).sum())
@@ -114,7 +114,7 @@ def quality_report(method: Any, final_metrics: dict[str, float]) -> dict[str, An
     if method.particles_in_target_space:
         x = method.particles()
         if x.shape[0] >= 2:
-            score = method.target.score(x)
+            log_p, score = method.target.log_prob_and_score(x)
             if bool(torch.isfinite(score).all()):
                 mean_ratio, ratios = stein_spread_ratios(x, score)
                 min_ratio = float(ratios.min()) if ratios is not None else math.nan
@@ -144,7 +144,7 @@ def quality_report(method: Any, final_metrics: dict[str, float]) -> dict[str, An
                 f"a KSD goodness-of-fit test tells the draws from the target (p = {test['pvalue']:.3g} < "
                 f"{KSD_TEST_LEVEL}, {int(test['n'])} draws, IMQ kernel, wild bootstrap)")})
     if "spread_ratio_rms" in report:
-        check_stranded(method.target, x, report, warnings)
+        check_stranded(log_p, int(x.shape[1]), report, warnings)
     own = getattr(method, "quality", None)
     if callable(own):
         extra = own()

@@ -22,8 +22,8 @@ one sign everywhere is necessary for injectivity, not sufficient.
 
 A(z) per draw is formed by forward-mode differentiation of z[:k] ↦ g(z[:k])_{:k} only: the k tangent rows
 ∂h/∂z[:k] are pushed through the hidden stack alongside the activations (one GEMM of n·k rows per layer,
-times the activation's slope: closed forms for the common activations, autograd for the others), and the output layer is
-cut to its first k rows (the W·J_φ split of `samplers.generator`), so a d × k Jacobian is never formed.
+times the activation's slope: closed forms for the common activations, autograd for the others), and the
+output layer is cut to its first k rows (the W·J_φ split of `samplers.generator`), so a d × k Jacobian is never formed.
 (torch.func.vmap(jacfwd(...)) gives the same numbers, measured 2× to 7× slower on the CPU: batched small
 matmuls instead of one GEMM.)
 """

@@ -54,16 +54,15 @@ class Target:
 
     def score(self, x: Tensor, batch: object | None = None) -> Tensor:
         """∇_x log p(x) for each row, by autograd through `log_prob` (rows are independent)."""
-        with torch.enable_grad():
-            x = x.detach().requires_grad_(True)
-            lp = self.log_prob(x, batch)
-            (grad,) = torch.autograd.grad(lp.sum(), x)
-        return grad
+        return self._autograd_log_prob_and_score(x, batch)[1]
 
     def log_prob_and_score(self, x: Tensor, batch: object | None = None) -> tuple[Tensor, Tensor]:
         """(log p, ∇log p) per row: one autograd pass when `score` is the autograd default, else both methods."""
         if type(self).score is not Target.score:
             return self.log_prob(x, batch), self.score(x, batch)
+        return self._autograd_log_prob_and_score(x, batch)
+
+    def _autograd_log_prob_and_score(self, x: Tensor, batch: object | None) -> tuple[Tensor, Tensor]:
         with torch.enable_grad():
             x = x.detach().requires_grad_(True)
             lp = self.log_prob(x, batch)

@@ -5,13 +5,13 @@
 2. Whitening: particles live in u with x = μ + R u, so the posterior is roughly N(0, I) in u whatever the
    scales and correlations of x; the score is s_u = Rᵀ s_x(μ + R u). Particles start as N(0, I) in u — draws of
    the Pathfinder Gaussian — with non-finite starts redrawn from it (`methods.start`).
-3. SVGD (Liu & Wang 2016, eq. 8) in u with heavy-ball momentum: v ← `momentum`·v + φ, u ← u + `lr`·v, each
-   particle's move capped at `max_move` posterior sds (its velocity with it), the velocity re-expressed at each
-   re-whitening, and a particle whose move left the support (log p, which the score's autograd pass computes
-   anyway, not finite) sent back at rest and an RBF kernel whose bandwidth is h = c · median ‖u_i − u_j‖² with c = max(1, d/20) and no
-   log n divisor. Measured on N(0, I_d) with 100 particles from exact draws (500 steps): the usual h = med²/log n
-   shrinks the spread by e^−0.31 (d = 10), e^−0.44 (d = 30), e^−0.48 (d = 60) with SGD and by e^−0.4..−1.3 with
-   Adam; h = med² keeps e^−0.04, e^−0.11, e^−0.18; h = 4 med² at d = 60 and d = 100 keeps e^−0.09 and e^−0.10.
+3. SVGD (Liu & Wang 2016, eq. 8) in u with an RBF kernel whose bandwidth is h = c · median ‖u_i − u_j‖² with
+   c = max(1, d/20) and no log n divisor, moved with heavy-ball momentum: v ← `momentum`·v + φ, u ← u + `lr`·v,
+   each particle's move capped at `max_move` posterior sds (its velocity with it), the velocity re-expressed at
+   each re-whitening; a particle whose move left the support (log p, which the score's autograd pass computes
+   anyway, not finite) is sent back at rest. Measured on N(0, I_d) with 100 particles from exact draws (500
+   steps, plain SGD): the usual h = med²/log n shrinks the spread by e^−0.31 (d = 10), e^−0.44 (d = 30),
+   e^−0.48 (d = 60) with SGD and by e^−0.4..−1.3 with Adam; h = med² keeps e^−0.04, e^−0.11, e^−0.18; h = 4 med² at d = 60 and d = 100 keeps e^−0.09 and e^−0.10.
    A wide kernel in whitened coordinates is our remedy for SVGD's variance collapse in higher dimension.
 4. Adaptation (`adapt_first`): at steps 25, 50, 100, 200, … the whitening becomes the particles' own mean and
    covariance (in the current whitened coordinates, shrunk towards its diagonal by d/(n + d), the target of

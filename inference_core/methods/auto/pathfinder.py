@@ -251,9 +251,9 @@ def pathfinder(target: Target, *, starts: int, start_scale: float, max_iters: in
     """Multi-path Pathfinder (see the module docstring). `generator` drives the starts and the ELBO draws.
 
     Each start is N(0, start_scale²) (redrawn, bounded by `start_retries`, where log p or its gradient is not
-    finite). Each L-BFGS path goes on with up to `newton_steps` Newton steps (module docstring). On each path the
-    candidates are up to `max_candidates` points evenly spaced in iteration, the last included; the ELBO draws are shared by all candidates of all paths (common random numbers). `dtype`: the
-    dtype the target was built in (its log-density is evaluated there; everything else is float64)."""
+    finite). Each L-BFGS path goes on with up to `newton_steps` Newton steps (module docstring). On each path
+    the candidates are up to `max_candidates` points evenly spaced in iteration, the last included; the ELBO
+    draws are shared by all candidates of all paths (common random numbers). `dtype`: the dtype the target was built in (its log-density is evaluated there; everything else is float64)."""
     density = DensityCounter(target, dtype=dtype)
     d = int(target.dim)
     eps = torch.randn(elbo_draws, d, generator=generator, dtype=torch.float64)

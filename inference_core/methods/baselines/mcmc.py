@@ -21,8 +21,8 @@ to `num_particles` draws evenly spaced over each chain's record, interleaved acr
 
 Diagnostics (`diagnostics()`, and in the step metrics every `diagnostics_every` steps): bulk ESS (Vehtari et al.
 2021, §4.3: rank-normalised split chains, then `pyro.ops.stats.effective_sample_size`, Geyer's initial monotone
-sequence, with Stan's bound ESS ≤ S·log10 S that Pyro lacks), the same ESS on the raw draws, and Pyro's `split_gelman_rubin` R-hat (Gelman et al. BDA3 eq. 11.4 on
-split chains); min over dimensions for ESS, max for R-hat.
+sequence, with Stan's bound ESS ≤ S·log10 S that Pyro lacks), the same ESS on the raw draws, and Pyro's
+`split_gelman_rubin` R-hat (Gelman et al. BDA3 eq. 11.4 on split chains); min over dimensions for ESS, max for R-hat.
 
 Checkpoints hold everything a transition reads: each chain's position, cached potential energy and gradient, its
 random state, Pyro's counters (t, acceptance), divergences, the adapted step size, the dual-averaging state, the
