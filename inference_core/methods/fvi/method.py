@@ -64,6 +64,14 @@ step at 0.5, noise 0.05; S = 64 single-unit bases centred in the box, initial st
 0.26 of their squared variation in the largest 10 % of grid steps (exact prior draws: 1.0); held σ_ν = 0.02
 gives 0.29 and 0.31. q_η(h) collapses onto the training data's fit, and the distilled bases flatten
 (mean log-slope −0.13): the "piecewise-constant posterior draws" of the paper's Figure 3 are not reproduced.
+Sixth round (2026-11-25; same setting, rate-3 step prior, one prior draw as truth): the surrogate itself is the
+limit, not q_η. NUTS over h under the frozen distilled surrogate (y ~ N(Φμ_θ(h), 0.05²), h ~ N(0, I), 4 chains)
+gives sd 0.066 at x = 0.5 (H = 10), 0.089-0.094 (H = 32, σ_ν learnt or held at 0.02), 0.22 (H = 32, σ_ν 0.02,
+X_O = 8 training rows + 56 uniform points) and 0.10 with a linear decoder, against ≈ 0.9 under the true prior:
+conditioned on the two data clusters, the distilled generator leaves almost no freedom in the gap, so no q_η can
+recover it. A full-covariance q_η (tried, not kept) moved FVI's own gap sd from 0.057 to 0.14-0.84 only by
+fitting the data worse (train RMSE 0.14 → 0.17-0.31, noise 0.05). What the paper's surrogate does differently is
+in its Appendix B (architectures, sizes, schedule), which our copy lacks; no code exists.
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ from inference_core.samplers.certificate import (
     corrected_draws,
     importance_draws,
     sampler_quality,
+    verdict,
 )
 from inference_core.samplers.density import DensityUnavailable
 from inference_core.targets import BuildContext, build_target
@@ -147,3 +148,18 @@ def test_a_generator_without_density_gets_a_ksd_only_verdict() -> None:
     report = sampler_quality(sampler, target64(GAUSSIAN))
     assert report["density"] == "unavailable" and report["importance"] is None
     assert report["verdict"] == "unreliable" and "no correction" in report["reason"]
+
+
+@pytest.mark.parametrize(("khat", "pvalue", "expected"), [
+    (0.3, 0.4, "good"),
+    (0.5, 0.4, "good"),
+    (0.61, 0.4, "usable with correction"),  # gpvi on breast cancer: k̂ 0.61, raw draws 0.14-0.18 sd off, KSD blind
+    (0.3, 0.01, "usable with correction"),
+    (0.75, 0.4, "unreliable"),
+])
+def test_verdict_follows_yao_et_al_khat_bands(khat: float, pvalue: float, expected: str) -> None:
+    """k̂ ≤ 0.5: good as drawn; 0.5 < k̂ ≤ threshold: correctable even where the KSD test does not reject."""
+    label, reason = verdict(khat, 0.7, pvalue)
+    assert label == expected, reason
+    if expected == "usable with correction" and pvalue > 0.05:
+        assert "above 0.5" in reason
