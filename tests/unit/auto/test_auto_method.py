@@ -62,6 +62,24 @@ def test_auto_resumes_bit_identically() -> None:
     assert torch.equal(straight.particles, resumed.particles)
 
 
+def test_convergence_checks_compare_step_t_with_t_over_2_at_25_and_75_times_powers_of_two() -> None:
+    """Checks at 25·2^k and 75·2^k; each drift is the largest moment change since the check at t/2 (recomputed
+    here from the stored moments); the stored moments survive the checkpoint round trip."""
+    from inference_core.serialization import state_from_bytes, state_to_bytes
+
+    method = build_method(validate_job_spec({
+        "method": "auto", "seed": 0, "num_particles": 30, "steps": 300,
+        "target": {"kind": "gaussian", "mean": [1.0, -2.0], "cov": [[1.0, 0.5], [0.5, 2.0]]},
+        "options": {"convergence": {"min_steps": 10_000}}}))
+    seen = [step for step in range(1, 301) if "moment_drift" in method.step()]
+    assert seen == [25, 50, 75, 100, 150, 200, 300]
+    now, earlier = method.checked[300], method.checked[150]
+    expected = max(((now[0] - earlier[0]) / now[1].exp()).abs().max(), (now[1] - earlier[1]).abs().max())
+    assert method.last_drift == pytest.approx(float(expected), rel=1e-12)
+    restored = state_from_bytes(state_to_bytes(method.state_dict()))["checked"]
+    assert sorted(restored) == seen and all(torch.equal(restored[k], method.checked[k]) for k in seen)
+
+
 def test_particle_methods_redraw_nonfinite_starts_and_fail_only_without_any() -> None:
     spec = {"method": "svgd", "seed": 0, "num_particles": 40, "steps": 5,
             "target": {"kind": "expression", "dim": 2, "log_prob": "log(x[0]) - x[0] - 0.5 * x[1]**2"}}
