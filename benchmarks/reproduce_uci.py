@@ -492,10 +492,11 @@ WHY = [
     "* FVI is far from its published NLLs on every set (the table; on Yacht and Concrete its RMSE is close to the "
     "std of y, i.e. it predicts about the mean). This is the state of our `fvi`, not of the harness: no code of "
     "the paper exists and its Appendix B (network sizes, schedules) is not in our copy, so every size and "
-    "schedule is our own guess. Four rounds of diagnosis are recorded in `inference_core/methods/fvi/method.py` "
+    "schedule is our own guess. Six rounds of diagnosis are recorded in `inference_core/methods/fvi/method.py` "
     "(\"Status\"): the distillation objective is verified against an exactly known generator, but the amortised "
     "PoE encoder's error in h is absorbed as growing white noise σ_ν, and the distilled generator's capacity caps "
-    "the fit (least squares over its bases is about as good as linear regression on Boston). The paper's runs "
+    "the fit (least squares over its bases is about as good as linear regression on Boston); sampling h exactly "
+    "(NUTS) under the distilled generator shows the surrogate, not q_η, is what is missing. The paper's runs "
     "also used VIP's setting (10 splits; its BNN prior) where we use the f-POVI target for every method.",
     "* f-SVGD: compare the rows above with the published bars; on Energy the only published f-SVGD numbers are "
     "those of Table 7 (VIP setting, 2×10 network), so that row is context, not a like-for-like check. Remaining "
@@ -506,7 +507,8 @@ WHY = [
     "4.3 pull the mean up; the median split is 2.57 against the published mean 2.47) and narrowly on Wine's RMSE "
     "(0.62 ± 0.01 against 0.61 ± 0.01).",
     "* Not the goal's columns, reported as they came: GPVI (hypernetwork) with the library's default generator "
-    "and lr underfits at this schedule (split 0: Energy RMSE 2.6 against f-SVGD's 0.32), and MF-VI at its "
+    "and lr underfits at this schedule (Energy RMSE 2.78 ± 0.08 against f-SVGD's 0.42 ± 0.02; its cell is the slowest, so it "
+    "runs half the epochs on splits 0-4 only), and MF-VI at its "
     "defaults is far behind the particle methods on Energy and Yacht, as BBB is in FVI's Table 1.",
 ]
 
