@@ -78,7 +78,9 @@ def test_an_empty_message_file_stops_stock_kombu_but_is_skipped_here(tmp_path: P
     name = fresh_name()
     with connection(scheme, tmp_path) as conn:
         queue = conn.SimpleQueue(name)
-        (tmp_path / "queue" / f"1_torn.{name}.msg").write_bytes(b"")
+        # kombu takes files in string order and names them "{monotonic ms}_...": "0_" sorts ahead of any of them
+        # ("1_torn" did not: after "1234567_..." on a machine whose uptime began with 1)
+        (tmp_path / "queue" / f"0_torn.{name}.msg").write_bytes(b"")
         queue.put({"job": 2})
         if not survives:
             with pytest.raises(ValueError):
