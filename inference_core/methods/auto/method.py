@@ -18,9 +18,10 @@
    Ledoit & Wolf 2004), since the Pathfinder
    scale is that of the mode: a banana or a funnel is much wider than its mode. On a Gaussian, SVGD's fixed
    point with a median-scaled kernel does not depend on the linear coordinates, so re-whitening cannot feed a
-   collapse; on a skewed posterior it does: non-centred eight schools, seed 1, log τ's sd is 0.13-0.19 too
-   wide (log ratio, steps 800-1,600) in re-whitened coordinates even with momentum off after step 200, while in
-   the Pathfinder coordinates plain SGD converges to within 0.02 (3,200 steps).
+   collapse; on a skewed posterior it can: non-centred eight schools, seed 1, log τ's sd is 0.13-0.19 too
+   wide (log ratio, steps 800-1,600) in re-whitened coordinates even with momentum off after step 200. It creeps
+   outward in the Pathfinder coordinates too (seed 2: +0.10 at 1,600 plain-SGD steps, still rising), so where
+   the stopping rule catches the creep decides the result; the remedies tried are in docs/method-choice.md.
 5. Convergence (`options.convergence`): stop when every coordinate's mean and log sd (in units of the current
    particle sd) moved less than `tol` over a doubling window (steps t/2 to t, t = 25·2^k or 75·2^k); `steps` is
    the upper bound.
