@@ -49,7 +49,14 @@ METHOD_SPECS: dict[str, dict[str, Any]] = {
     # keep and return every draw (the job's particles are num_particles of the kept draws, 100 by default:
     # too few to meet the mean bar even when exact)
     "nuts": {"steps": 2000, "num_particles": 4000, "options": {"warmup_steps": 1000, "max_draws_per_chain": 1001}},
+    # a column of its own, not a server method: `auto` through its opt-in neural transport (defaults otherwise)
+    "auto_flow": {"method": "auto", "steps": 3000, "options": {"transport": "flow"}},
 }
+
+
+def server_method(column: str) -> str:
+    """The server method a table column runs (`auto_flow` is `auto` with an option)."""
+    return METHOD_SPECS.get(column, {}).get("method", column)
 
 
 def load_results(path: Path) -> dict[str, Any]:
@@ -75,7 +82,7 @@ def run_cell(stack: Any, name: str, method: str, args: argparse.Namespace) -> di
     problem = problems()[name]
     reference = load_reference(name)
     spec: dict[str, Any] = {"method": method, "target": problem.target_spec(), "name": f"robustness {name}",
-                            **METHOD_SPECS.get(method, {})}
+                            **METHOD_SPECS.get(method, {})}  # a variant column's spec names its server method
     for key, value in (("steps", args.steps), ("num_particles", args.particles), ("seed", args.seed)):
         if value is not None:
             spec[key] = value
@@ -125,7 +132,7 @@ def run(args: argparse.Namespace) -> None:
         try:
             available = {m["name"] for m in stack.client.get("/v1/methods").json()["methods"]}
             for method in args.methods:
-                if method not in available:
+                if server_method(method) not in available:
                     print(f"method {method!r}: not offered by this server (GET /v1/methods) -- skipped", flush=True)
                     for name in args.problems:
                         results["runs"].setdefault(f"{name}/{method}", {"status": "missing"})
@@ -183,7 +190,9 @@ def report(results: dict[str, Any], methods: list[str]) -> str:
         "Problems are real posteriors written as `expression` targets (benchmarks/robustness/problems.py); each is "
         "submitted over HTTP with the method's documented defaults (100 particles), except that `auto` gets steps "
         "3,000 as its upper bound and NUTS runs its 4 default chains for 1,000 warm-up + 1,000 kept transitions each "
-        "and is scored on all 4,000 draws (its grads are the 4 chains' total). Each cell: worst |Δmean|/sd_ref over the "
+        "and is scored on all 4,000 draws (its grads are the 4 chains' total); `auto_flow`, where shown, is `auto` "
+        "with `transport: \"flow\"` forced on every problem (`auto`'s default fits the flow only where Pathfinder's "
+        "paths end far apart). Each cell: worst |Δmean|/sd_ref over the "
         "parameters / worst |log(sd/sd_ref)|, ✓ when both are within the bars "
         f"(≤ {MEAN_BAR} and ≤ {LOG_SD_BAR}), ✗ otherwise or when the job failed; then gradient evaluations "
         "(`grad_evals` of the job's final metrics, n/a when the method does not report it) and the job's wall time. "

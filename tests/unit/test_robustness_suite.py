@@ -321,6 +321,8 @@ def test_runner_report_marks_cells() -> None:
     spec = importlib.util.spec_from_file_location("robustness_runner", path)
     runner = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(runner)
+    assert runner.server_method("auto_flow") == "auto" and runner.server_method("svgd") == "svgd"
+    assert runner.METHOD_SPECS["auto_flow"]["options"] == {"transport": "flow"}
     results = {"machine": "test", "runs": {
         "funnel/auto": {"status": "missing"},
         "funnel/svgd": {"status": "succeeded", "mean_error": 0.1, "log_sd_error": 0.2, "pass": True,
