@@ -51,9 +51,12 @@ def test_auto_meets_the_bars_on_a_bounded_skewed_target() -> None:
     assert result.quality["redrawn_starts"] > 0
 
 
-def test_auto_resumes_bit_identically() -> None:
+@pytest.mark.parametrize("transport", [{}, {"transport": "flow", "flow": {"steps": 30, "batch": 16}}])
+def test_auto_resumes_bit_identically(transport: dict) -> None:
+    """With the flow too: a resume refits it from the seed, then loads the particles and whitening."""
     spec = {"method": "auto", "seed": 2, "num_particles": 20, "steps": 60,
-            "target": {"kind": "banana", "curvature": 0.5}, "options": {"convergence": {"min_steps": 1000}}}
+            "target": {"kind": "banana", "curvature": 0.5},
+            "options": {"convergence": {"min_steps": 1000}, **transport}}
     straight = run(spec)
     first = build_method(validate_job_spec({**spec, "steps": 30}))
     for _ in range(30):

@@ -1,6 +1,7 @@
 """`auto`'s opt-in neural transport (inference_core/methods/auto/transport.py): the coupling flow's log-det
 against a float64 autograd Jacobian, the identity start, the fit against a funnel's exact transport, and
-`auto` with `transport: "flow"` on Neal's funnel (closed form) and resuming bit-identically."""
+`auto` with `transport: "flow"` on a funnel (closed form), and where `transport: "auto"` chooses the flow (its resume
+is in test_auto_method.py)."""
 
 from __future__ import annotations
 
@@ -82,19 +83,6 @@ def test_auto_with_the_flow_meets_the_bars_on_a_funnel() -> None:
     assert v_mean <= 0.15 and v_sd <= 0.25 and x_sd <= 0.25, (v_mean, v_sd, x_sd)
     assert result.quality["transport"] == "flow" and result.quality["trustworthy"], result.quality
     assert result.final_metrics["grad_evals"] >= 500 * 32 + 100 * result.steps_completed
-
-
-def test_auto_with_the_flow_resumes_bit_identically() -> None:
-    """A resume refits the flow from the seed and loads the particles and whitening."""
-    spec = {"method": "auto", "seed": 1, "num_particles": 20, "steps": 40,
-            "target": {"kind": "banana", "curvature": 0.5},
-            "options": {"transport": "flow", "flow": {"steps": 30, "batch": 16}, "convergence": {"min_steps": 1000}}}
-    straight = run(spec)
-    first = build_method(validate_job_spec({**spec, "steps": 20}))
-    for _ in range(20):
-        first.step()
-    resumed = run(spec, resume_state=first.state_dict())
-    assert torch.equal(straight.particles, resumed.particles)
 
 
 def test_transport_auto_fits_the_flow_only_where_pathfinder_s_paths_end_far_apart() -> None:
