@@ -25,14 +25,14 @@
 5. Convergence (`options.convergence`): stop when every coordinate's mean and log sd (in units of the current
    particle sd) moved less than `tol` over a doubling window (steps t/2 to t, t = 25·2^k or 75·2^k); `steps` is
    the upper bound.
-
-`quality()` reports what should make a user distrust the result: Pathfinder paths that end in different
-places (multimodality or no mode), particle spread collapsed below the Pathfinder scale, no convergence.
 6. Transport (`transport`; `transport.py`): where Pathfinder's paths end far apart (more than `flow_above` = 10 of
    its sds: no single mode to whiten around, as in a funnel), a normalising flow fitted by reverse KL (NeuTra,
    Hoffman et al. 2019) goes between the Pathfinder whitening and SVGD's own, so x = μ + R·T(z) and the particles
    live in z. Measured on the robustness suite (seeds 0-2): the funnel and centred eight schools start 26-214
    sds apart, the other eight problems at most 3.05, so only the two funnels get the flow.
+
+`quality()` reports what should make a user distrust the result: Pathfinder paths that end in different
+places (multimodality or no mode), particle spread collapsed below the Pathfinder scale, no convergence.
 
 A resumed run redoes Pathfinder and the flow's fit (deterministic given the seed) and then loads the saved
 whitening and particles.
