@@ -1,4 +1,5 @@
-"""Neural transport for `auto` (opt-in, `transport: "flow"`): funnels that no linear whitening straightens.
+"""Neural transport for `auto` (`transport`): funnels that no linear whitening straightens. `auto` fits it where
+Pathfinder's paths end far apart (`transport: "auto"`, the default) or always (`transport: "flow"`).
 
 NeuTra (Hoffman, Sountsov, Dillon, Langmore, Tran & Vasudevan 2019, "NeuTra-lizing bad geometry in Hamiltonian
 Monte Carlo using neural transport", §3): fit a normalising flow T to the posterior by reverse KL, then sample in
@@ -15,8 +16,8 @@ coordinates, and the fit starts from the Pathfinder Gaussian.
 
 Measured on the robustness suite (docs/method-choice.md; 8 layers of width 64, 2,000 Adam steps of 64 draws,
 seeds 0-2): Neal's funnel met issue 14's bars on 1 of 3 seeds and centred eight schools on 2 of 3, against none
-with the linear whitening; the eight other problems met them on all seeds, non-centred eight schools at 100 SVGD
-steps. 1,000 steps of 32 draws were not enough for the 10-d funnel (0 of 3).
+with the linear whitening; with the flow forced, the eight other problems met them on all seeds, non-centred
+eight schools at 100 SVGD steps. 1,000 steps of 32 draws were not enough for the 10-d funnel (0 of 3).
 """
 
 from __future__ import annotations
