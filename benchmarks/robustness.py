@@ -49,7 +49,7 @@ METHOD_SPECS: dict[str, dict[str, Any]] = {
     # keep and return every draw (the job's particles are num_particles of the kept draws, 100 by default:
     # too few to meet the mean bar even when exact)
     "nuts": {"steps": 2000, "num_particles": 4000, "options": {"warmup_steps": 1000, "max_draws_per_chain": 1001}},
-    # a column of its own, not a server method: `auto` through its opt-in neural transport (defaults otherwise)
+    # a column of its own, not a server method: `auto` with its neural transport forced on every problem
     "auto_flow": {"method": "auto", "steps": 3000, "options": {"transport": "flow"}},
 }
 

@@ -82,11 +82,12 @@ def fit_flow(base: Target, flow: CouplingFlow, *, steps: int, batch: int, lr: fl
     """Reverse KL (the negative ELBO, up to a constant) of T_#N(0, I) to `base`, by Adam on fresh draws; rows
     where log p is not finite are left out of a step's mean. Returns the loss every step."""
     parameters = [p for p in flow.parameters() if p.requires_grad]
-    dtype = next(flow.parameters()).dtype
+    like = next(flow.parameters())
     optimizer = torch.optim.Adam(parameters, lr=lr)
     losses = []
     for step in range(steps):
-        z = torch.randn(batch, int(base.dim), generator=generator, dtype=dtype)
+        # drawn on the CPU generator (the same draws on any device), then moved to the flow's device
+        z = torch.randn(batch, int(base.dim), generator=generator, dtype=like.dtype).to(like.device)
         x, log_det = flow(z)
         log_p = base.log_prob(x)
         finite = torch.isfinite(log_p)
