@@ -86,6 +86,17 @@ class AutoOptions(StrictModel):
         description="start disagreement (Pathfinder sds) above which transport 'auto' fits the flow. Measured on the "
         "robustness suite, seeds 0-2: 26-214 on the funnel and centred eight schools, at most 3.05 on the other eight")
     flow: FlowOptions = Field(default_factory=FlowOptions)
+    oversample: int = Field(
+        default=3, ge=1, le=100,
+        description="where Pathfinder's paths disagree by more than `oversample_above`, run this many times "
+        "num_particles and return num_particles of them chosen by kernel herding. 100 particles leave a hierarchical "
+        "scale biased (non-centred eight schools, seeds 0-5: log tau's sd up to 0.3 too wide); 300 did not, and the "
+        "herded 100 of them kept that (docs/method-choice.md). Costs this factor in evaluations where it applies")
+    oversample_above: float = Field(
+        default=0.5, gt=0,
+        description="start disagreement (Pathfinder sds) above which `oversample` applies. Measured on the robustness "
+        "suite, seeds 0-5: at most 0.12 on the seven problems 100 particles fit, 1.25-3.9 on non-centred eight schools "
+        "(seeds 1-5; 0.04 on seed 0), 26 and more on the funnels")
     convergence: ConvergenceOptions = Field(default_factory=ConvergenceOptions)
     collapse_threshold: float = Field(
         default=0.6, gt=0, lt=1,

@@ -170,3 +170,31 @@ def test_two_modes_that_the_particles_do_not_bridge_are_flagged() -> None:
     assert quality["start_disagreement_sd"] > 10 and quality["transport"] == "flow", quality
     assert "starts_disagree" in [w["code"] for w in quality["warnings"]]
     assert quality["verdict"] == "unreliable" and not quality["trustworthy"]
+
+
+def test_oversampling_fixes_a_hierarchical_scale_that_100_particles_leave_biased() -> None:
+    """Non-centred eight schools, seed 1 (the suite's NUTS reference): with 100 particles SVGD's fixed point leaves
+    log τ's sd 0.29 too wide (log units); Pathfinder's paths disagree by 3.05 of its sds (> oversample_above), so
+    `auto` moves 300 and returns the herded 100, within the bars. Evaluations count all 300; a target whose paths
+    agree (the rotated Gaussian) keeps its 100."""
+    from benchmarks.robustness import problems as suite
+    from benchmarks.robustness.scoring import load_reference, score
+
+    problem, reference = suite.problems()["eight_schools_noncentered"], load_reference("eight_schools_noncentered")
+    scores, results = {}, {}
+    for oversample in (1, 3):
+        result = run({"method": "auto", "seed": 1, "steps": 3000, "target": problem.target_spec(),
+                      "options": {"oversample": oversample}})
+        assert result.particles.shape == (100, 10)
+        results[oversample] = result
+        scores[oversample] = score(result.particles.double().numpy(), reference["mean"], reference["sd"])
+    assert not scores[1]["pass"] and scores[1]["worst_sd_param"] == "1", scores[1]  # x[1] = log τ
+    assert scores[3]["pass"], scores[3]
+    quality = results[3].quality
+    assert quality["ensemble_size"] == 300 and results[1].quality["ensemble_size"] == 100
+    steps = results[3].steps_completed
+    assert results[3].final_metrics["grad_evals"] >= 300 * steps > 100 * steps
+    mean, cov = rotated_gaussian(6)
+    easy = build_method(validate_job_spec({"method": "auto", "seed": 0, "steps": 1, "target": {
+        "kind": "gaussian", "mean": mean.tolist(), "cov": cov.tolist()}}))
+    assert easy.ensemble_size == 100
