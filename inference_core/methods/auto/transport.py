@@ -16,8 +16,8 @@ coordinates, and the fit starts from the Pathfinder Gaussian.
 
 Measured on the robustness suite (docs/method-choice.md; 8 layers of width 64, 2,000 Adam steps of 64 draws):
 Neal's funnel met issue 14's bars on 2 of 6 seeds and centred eight schools on 2 of 6 (seeds 0-5, 100 particles;
-5 of 6 each when `auto` moves 300, as it now does there), against none of seeds 0-2 with the linear whitening; with the flow forced, the eight other problems met them on seeds 0-2,
-non-centred eight schools at 100 SVGD steps. 1,000 steps of 32 draws were not enough for the 10-d funnel (0 of 3).
+5 of 6 each when `auto` moves 300, as it now does there), against none of seeds 0-2 with the linear whitening;
+with the flow forced, the eight other problems met them on seeds 0-2, non-centred eight schools at 100 SVGD steps. 1,000 steps of 32 draws were not enough for the 10-d funnel (0 of 3).
 Reverse KL under-covers a funnel's neck (the flow's own draws: v's sd 0.34-0.55 too narrow in log units), and
 there the latent target is far from N(0, I); docs/method-choice.md, "What limits the funnels", has what that does
 to the particles.
