@@ -168,6 +168,7 @@ def test_two_modes_that_the_particles_do_not_bridge_are_flagged() -> None:
     assert right in (0.0, 1.0), right  # the failure this test is about: one mode only
     quality = result.quality
     assert quality["start_disagreement_sd"] > 10 and quality["transport"] == "flow", quality
+    assert quality["start_outside_sd"] > 8, quality  # the other mode's path, 12 sds from the particles
     assert "starts_disagree" in [w["code"] for w in quality["warnings"]]
     assert quality["verdict"] == "unreliable" and not quality["trustworthy"]
 
@@ -192,6 +193,10 @@ def test_oversampling_fixes_a_hierarchical_scale_that_100_particles_leave_biased
     assert scores[3]["pass"], scores[3]
     quality = results[3].quality
     assert quality["ensemble_size"] == 300 and results[1].quality["ensemble_size"] == 100
+    # the paths' chosen means spread over more than a posterior sd (a skewed log τ), yet each lies within the
+    # particles' mass: one mode, so no `starts_disagree` (the spread among the paths was the rule before)
+    assert quality["start_disagreement_sd"] > 1.0 and quality["start_outside_sd"] < 4.0, quality
+    assert "starts_disagree" not in [w["code"] for w in quality["warnings"]]
     steps = results[3].steps_completed
     assert results[3].final_metrics["grad_evals"] >= 300 * steps > 100 * steps
     mean, cov = rotated_gaussian(6)
