@@ -131,7 +131,9 @@ class MCMC(Method):
 
     options: MCMCOptions
 
-    def __init__(self, target: Target, options: MCMCOptions, num_particles: int, seed: int, device: torch.device):
+    def __init__(self, target: Target, options: MCMCOptions, num_particles: int, seed: int, device: torch.device,
+                 starts: Tensor | None = None):
+        """`starts` [chains, d]: where the chains start (default: `options.init`'s first `chains` particles)."""
         super().__init__(target, options, num_particles, seed, device)
         require_log_density(target, self.name, self.dtype, device)
         d = int(target.dim)
@@ -140,8 +142,9 @@ class MCMC(Method):
                 f"full_mass needs a dense {d}×{d} matrix; it is allowed up to d = {FULL_MASS_MAX_DIM}",
                 loc=("options", "full_mass"))
         self.potential = _Potential(target, self.dtype, device)
-        starts = initial_particles(target, options.init, options.chains, seed)
-        self.positions = [starts[c].clone() for c in range(options.chains)]
+        if starts is None:
+            starts = initial_particles(target, options.init, options.chains, seed)
+        self.positions = [starts[c].detach().to("cpu", torch.float64).clone() for c in range(options.chains)]
         self.rng_states = [torch.Generator().manual_seed(derive_seed(seed, STREAM_CHAIN_RNG, c)).get_state()
                            for c in range(options.chains)]
         self.kernels = [self._new_kernel(c) for c in range(options.chains)]

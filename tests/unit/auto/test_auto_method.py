@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from inference_core import errors
+from inference_core.serialization import state_from_bytes, state_to_bytes
 from inference_core.spec import validate_job_spec
 from inference_core.training import build_method, run
 
@@ -51,18 +52,24 @@ def test_auto_meets_the_bars_on_a_bounded_skewed_target() -> None:
     assert result.quality["redrawn_starts"] > 0
 
 
-@pytest.mark.parametrize("transport", [{}, {"transport": "flow", "flow": {"steps": 30, "batch": 16}}])
-def test_auto_resumes_bit_identically(transport: dict) -> None:
-    """With the flow too: a resume refits it from the seed, then loads the particles and whitening."""
+FLOW = {"transport": "flow", "flow": {"steps": 30, "batch": 16}}
+
+
+@pytest.mark.parametrize("options", [{}, FLOW, {**FLOW, "engine": "nuts", "chains": {
+    "warmup_steps": 20, "check_every": 5, "rhat_below": 1.0001}}])
+def test_auto_resumes_bit_identically(options: dict) -> None:
+    """With the flow too: a resume refits it from the seed, then loads the particles and whitening, or with
+    `engine: "nuts"` the chains, resumed after their warm-up, through the checkpoint's bytes."""
     spec = {"method": "auto", "seed": 2, "num_particles": 20, "steps": 60,
             "target": {"kind": "banana", "curvature": 0.5},
-            "options": {"convergence": {"min_steps": 1000}, **transport}}
+            "options": {"convergence": {"min_steps": 1000}, **options}}
     straight = run(spec)
     first = build_method(validate_job_spec({**spec, "steps": 30}))
     for _ in range(30):
         first.step()
-    resumed = run(spec, resume_state=first.state_dict())
+    resumed = run(spec, resume_state=state_from_bytes(state_to_bytes(first.state_dict())))
     assert torch.equal(straight.particles, resumed.particles)
+    assert straight.steps_completed == resumed.steps_completed == 60
 
 
 def test_convergence_checks_compare_step_t_with_t_over_2_at_25_and_75_times_powers_of_two() -> None:
