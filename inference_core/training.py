@@ -50,10 +50,23 @@ class RunResult:
     final_metrics: dict[str, float] = field(default_factory=dict)
     wall_time_s: float = 0.0
     quality: dict[str, Any] = field(default_factory=dict)
+    evaluations_spent: int = 0  # target evaluations of the whole job, earlier attempts included
 
     @property
     def particles(self) -> Tensor:
         return self.method.particles()
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        return checkpoint_state(self.method, self.evaluations_spent)
+
+
+#: the job's target evaluations so far, kept in its checkpoints beside the method's state, so that `grad_evals`
+#: after a resume counts the attempts before it (and the set-up, such as Pathfinder, that a resume redoes)
+EVALUATIONS_KEY = "evaluations_spent"
+
+
+def checkpoint_state(method: Method, evaluations_spent: int) -> dict[str, Any]:
+    return {**method.state_dict(), EVALUATIONS_KEY: int(evaluations_spent)}
 
 
 def resolve_device(name: str) -> torch.device:
@@ -125,6 +138,8 @@ def run(
     hooks = hooks or RunHooks()
     method, counter = build_method(job, context, counted=True)
     if resume_state is not None:
+        resume_state = dict(resume_state)
+        counter.count += int(resume_state.pop(EVALUATIONS_KEY, 0))
         method.load_state_dict(resume_state)
     started = time.perf_counter()
     hooks.on_start(method, job.steps)
@@ -145,7 +160,7 @@ def run(
         if step % job.metrics_interval == 0 or step == job.steps:
             hooks.on_metrics(step, metrics)
         if step % job.checkpoint_interval == 0 and step < job.steps:
-            hooks.save_checkpoint(step, method.state_dict())
+            hooks.save_checkpoint(step, checkpoint_state(method, counter.count))
     final: dict[str, float] = {}
     quality: dict[str, Any] = {}
     if stopped is None:
@@ -157,4 +172,4 @@ def run(
             if converged is not None:
                 final["converged_step"] = float(converged)
             quality = quality_report(method, final)
-    return RunResult(method, method.step_count, stopped, final, time.perf_counter() - started, quality)
+    return RunResult(method, method.step_count, stopped, final, time.perf_counter() - started, quality, counter.count)

@@ -251,7 +251,7 @@ class JobExecution:
         elif result.stopped == "cancelled":
             self._finish(hooks, "cancelled")
         elif result.stopped == "preempted":
-            hooks.save_checkpoint(result.steps_completed, result.method.state_dict())
+            hooks.save_checkpoint(result.steps_completed, result.checkpoint_state())
             with self.context.sessions() as session:
                 released = job_state.release_job(session, self.lease)
             if released:  # if the send fails, the job stays unsent and a maintenance loop sends it
