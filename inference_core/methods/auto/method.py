@@ -43,8 +43,9 @@
    herded from the draws. On the funnel it cost half of SVGD's evaluations where its chains mixed, but met the bars
    less often, with wider sd errors (the option's description and docs/method-choice.md), so SVGD is the default.
 
-`quality()` reports what should make a user distrust the result: Pathfinder paths that end in different
-places (multimodality or no mode), particle spread collapsed below the Pathfinder scale, no convergence.
+`quality()` reports what should make a user distrust the result: a Pathfinder path whose mean lies outside the
+particles (a missed mode, or a mode far from the mass), particle spread collapsed below the Pathfinder scale, no
+convergence.
 
 A resumed run redoes Pathfinder and the flow's fit (deterministic given the seed) and then loads the saved
 whitening and particles.
@@ -185,7 +186,7 @@ class Auto(Method):
 
     def particles(self) -> Tensor:
         """The job's num_particles: the whole ensemble, its herded subset (point 7), herded in the whitened
-        coordinates the particles move in, or draws spread evenly over the chains' record (point 8)."""
+        coordinates the particles move in, or with NUTS the draws herded likewise (point 8, `chains.py`)."""
         if self.chains is not None:
             return self.to_target(self.chains.particles().to(self.u))
         x = self.ensemble()
