@@ -27,6 +27,8 @@ import numpy as np
 
 #: Vehtari et al.'s practical upper limit for k̂ (above it the estimate's convergence is too slow to be useful)
 KHAT_LIMIT = 0.7
+#: finite log weights all within this of each other are equal up to float64 rounding (psis_smooth)
+EQUAL_LOG_WEIGHTS = 1e-9
 
 
 def khat_threshold(s: int) -> float:
@@ -71,7 +73,8 @@ def tail_size(s: int) -> int:
 
 def psis_smooth(log_weights: np.ndarray) -> tuple[np.ndarray, float]:
     """(normalised smoothed log weights [S], k̂) — k̂ = inf when the tail has 4 values or fewer (S < 25) or is
-    degenerate. Non-finite log weights (−inf: p̃ = 0) stay weightless."""
+    degenerate, −inf when the finite weights are equal up to rounding (q ∝ p, as for an exact Gaussian fit).
+    Non-finite log weights (−inf: p̃ = 0) stay weightless."""
     lw = np.asarray(log_weights, dtype=np.float64).copy()
     s = lw.size
     finite = np.isfinite(lw)
@@ -79,6 +82,8 @@ def psis_smooth(log_weights: np.ndarray) -> tuple[np.ndarray, float]:
         raise ValueError("no finite log weight: the target is zero (or undefined) at every draw")
     lw[~finite] = -np.inf
     lw -= lw[finite].max()
+    if lw[finite].min() > -EQUAL_LOG_WEIGHTS:  # q ∝ p up to rounding: a bounded tail, and no GPD to fit (it
+        return lw - _logsumexp(lw), -math.inf  # would divide by the zero spread)
     m = tail_size(s)
     order = np.argsort(lw)
     cutoff = max(lw[order[-m - 1]], math.log(np.finfo(float).tiny))

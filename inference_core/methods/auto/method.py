@@ -29,10 +29,15 @@
    its sds: no single mode to whiten around, as in a funnel), a normalising flow fitted by reverse KL (NeuTra,
    Hoffman et al. 2019) goes between the Pathfinder whitening and SVGD's own, so x = μ + R·T(z) and the particles
    live in z. Measured on the robustness suite (seeds 0-2): the funnel and centred eight schools start 26-214
-   sds apart, the other eight problems at most 3.05, so only the two funnels get the flow.
+   sds apart, the other eight problems at most 3.05, so only the two funnels get the flow that way. Paths can
+   agree on a mode that is far from the mass (a hierarchical scale skewed away from its mode: the logistic
+   regression with a sampled prior precision of docs/reproduction.md, Pathfinder's Gaussian 3.6 sds off in
+   log α): where they agree, the Pareto k̂ of the importance weights p/q of `khat_draws` draws of Pathfinder's
+   Gaussian q (PSIS, Vehtari et al. 2024) decides, and k̂ > `flow_khat_above` = 1 (the mean weight does not
+   exist: q misses mass) fits the flow too, and oversamples (point 7) as hierarchical scales need.
 
 7. Oversampling (`oversample`, `herding.py`): where Pathfinder's paths disagree by more than `oversample_above`
-   (0.5 of its sds), SVGD moves `oversample` (3) × num_particles particles, and the job returns num_particles of
+   (0.5 of its sds) or its Gaussian misses mass (point 6), SVGD moves `oversample` (3) × num_particles particles, and the job returns num_particles of
    them chosen by kernel herding. 100 particles leave a hierarchical scale biased at SVGD's fixed point (non-centred
    eight schools: log τ's sd up to 0.3 too wide, a few particles stuck at large τ); 300 do not, and the herded 100
    keep their moments, where a random 100 do not (docs/method-choice.md, "What limits eight schools"). The seven
@@ -64,7 +69,7 @@ from inference_core import errors
 from inference_core.kernels import bandwidth_rule_from_options, kernel_from_options
 from inference_core.methods.auto.chains import LatentChains
 from inference_core.methods.auto.herding import kernel_herding
-from inference_core.methods.auto.pathfinder import PathfinderResult, pathfinder
+from inference_core.methods.auto.pathfinder import PathfinderResult, importance_khat, pathfinder
 from inference_core.methods.auto.transport import CouplingFlow, FlowTarget, fit_flow
 from inference_core.methods.base import Method, check_direction
 from inference_core.methods.directions import svgd_direction
@@ -128,8 +133,14 @@ class Auto(Method):
         self.flow_target: FlowTarget | None = None
         self.flow_losses: list[float] = []
         self.transport = options.transport
+        #: Pareto k̂ of Pathfinder's Gaussian as an importance proposal (point 6), where transport "auto" asks for it
+        self.khat: float | None = None
         if self.transport == "auto":
-            self.transport = "flow" if found.start_disagreement() > options.flow_above else "linear"
+            far_apart = found.start_disagreement() > options.flow_above
+            if not far_apart:
+                self.khat = importance_khat(target, found.best, options.khat_draws,
+                                            torch.Generator().manual_seed(derive_seed(seed, 7)), self.dtype, device)
+            self.transport = "flow" if far_apart or self.misses_mass else "linear"
         if self.transport == "flow":  # x = shift + root·T(z), and SVGD's whitening acts on z (transport.py)
             flow = CouplingFlow(d, options.flow.layers, options.flow.hidden,
                                 torch.Generator().manual_seed(derive_seed(seed, 5))).to(device=device, dtype=self.dtype)
@@ -144,13 +155,13 @@ class Auto(Method):
             return per_particle_normal(derive_seed(seed, 4, attempt), k, d, torch.float64)
 
         self.engine = options.engine
-        #: the ensemble SVGD moves: `oversample`·num_particles where Pathfinder's paths disagree (point 7); with
-        #: NUTS (point 8), the chains
+        #: the ensemble SVGD moves: `oversample`·num_particles where Pathfinder's paths disagree or its Gaussian
+        #: misses mass (point 7); with NUTS (point 8), the chains
         if self.engine == "nuts":
             self.ensemble_size = options.chains.chains
         else:
-            self.ensemble_size = (num_particles * options.oversample
-                                  if found.start_disagreement() > options.oversample_above else num_particles)
+            disagree = found.start_disagreement() > options.oversample_above
+            self.ensemble_size = num_particles * options.oversample if disagree or self.misses_mass else num_particles
         self._herded: tuple[int, Tensor] | None = None  # (step, indices) of the last herded subset
         start = per_particle_normal(seed, self.ensemble_size, d, torch.float64).to(device=device, dtype=self.dtype)
         start, self.redrawn = redraw_nonfinite(target, start, draw, options.start_retries, self.to_target)
@@ -197,15 +208,21 @@ class Auto(Method):
         return x[self._herded[1]]
 
     @property
+    def misses_mass(self) -> bool:
+        """Pathfinder's Gaussian misses posterior mass although its paths agree (k̂ above `flow_khat_above`)."""
+        return self.khat is not None and self.khat > self.options.flow_khat_above
+
+    @property
     def converged(self) -> bool:
         return self.converged_step is not None
 
     @property
     def grad_evals(self) -> int:
         flow_evals = self.options.flow.steps * self.options.flow.batch if self.flow_target is not None else 0
+        khat_evals = self.options.khat_draws if self.khat is not None else 0
         moved = (self.chains.grad_evals if self.chains is not None
                  else self.ensemble_size * self.step_count + self.sent_back)
-        return self.pathfinder_evals + flow_evals + moved
+        return self.pathfinder_evals + khat_evals + flow_evals + moved
 
     # ---- one step ----
     def step(self) -> dict[str, float]:
@@ -329,6 +346,7 @@ class Auto(Method):
             "pathfinder_grad_evals": self.pathfinder_evals,
             "start_disagreement_sd": disagreement,
             "start_outside_sd": outside,
+            "pathfinder_khat": self.khat,
             "spread_vs_pathfinder_min": ratio,
             "converged_step": self.converged_step,
             "redrawn_starts": self.redrawn,

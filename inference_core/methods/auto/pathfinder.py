@@ -29,10 +29,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from inference_core import errors
+from inference_core.metrics.importance import psis_smooth
 from inference_core.targets.base import Target
 
 #: Relative floor of the precision eigenvalues: Σ's condition number stays below 1e12.
@@ -282,3 +284,18 @@ def pathfinder(target: Target, *, starts: int, start_scale: float, max_iters: in
         per_start.append(best)
     overall = max(per_start, key=lambda g: g.elbo)
     return PathfinderResult(overall, per_start, torch.stack(ends), density.evals, iterations)
+
+
+def importance_khat(target: Target, gaussian: Gaussian, draws: int, generator: torch.Generator,
+                    dtype: torch.dtype = torch.float64, device: torch.device | None = None) -> float:
+    """Pareto k̂ (PSIS, Vehtari et al. 2024, §3) of the importance weights p/q of `draws` draws of q = `gaussian`:
+    how well the Gaussian covers the posterior's mass, not only its mode. k̂ < 0.5: q covers p's tails; 0.5-1:
+    heavier, still a finite mean weight; k̂ ≥ 1: the mean weight does not exist, q misses mass in some direction
+    altogether (a funnel's neck, a hierarchical scale skewed away from its mode). For p = N(0, τ²), q = N(0, σ²)
+    with τ > σ the tail index is 1 − σ²/τ² (tested). Draws outside the support weigh 0; inf when none is finite (or
+    too few for a tail, under 25). `draws` log p rows, no gradients."""
+    eps = torch.randn(draws, int(target.dim), generator=generator, dtype=torch.float64)
+    with torch.no_grad():
+        log_p = target.log_prob(gaussian.draw(eps).to(device=device, dtype=dtype)).double().cpu()
+    log_w = (log_p - gaussian.log_q(eps)).numpy()
+    return psis_smooth(log_w)[1] if np.isfinite(log_w).any() else math.inf

@@ -57,6 +57,10 @@ def test_ess_extremes_and_smoothing_keeps_bounded_weights() -> None:
     smoothed, khat = importance.psis_smooth(lw)
     assert khat < 0 and np.exp(smoothed).sum() == pytest.approx(1)
     assert np.exp(smoothed).max() <= np.exp(lw - np.log(np.exp(lw).sum())).max() * (1 + 1e-9)
+    # q ∝ p: weights equal up to rounding (here 1e-15 apart), uniform after smoothing, k̂ = −inf (no GPD to fit)
+    equal = 1.8378770664093453 + np.random.default_rng(2).integers(-3, 4, 1000) * 4e-16
+    smoothed, khat = importance.psis_smooth(equal)
+    assert khat == -math.inf and np.allclose(np.exp(smoothed), 1e-3)
 
 
 def test_evidence_of_a_known_normaliser() -> None:
