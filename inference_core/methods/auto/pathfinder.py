@@ -286,6 +286,10 @@ def pathfinder(target: Target, *, starts: int, start_scale: float, max_iters: in
     return PathfinderResult(overall, per_start, torch.stack(ends), density.evals, iterations)
 
 
+#: draws evaluated at once by `importance_khat` (no more than the particles SVGD moves a step)
+KHAT_CHUNK = 128
+
+
 def importance_khat(target: Target, gaussian: Gaussian, draws: int, generator: torch.Generator,
                     dtype: torch.dtype = torch.float64, device: torch.device | None = None) -> float:
     """Pareto k̂ (PSIS, Vehtari et al. 2024, §3) of the importance weights p/q of `draws` draws of q = `gaussian`:
@@ -295,7 +299,8 @@ def importance_khat(target: Target, gaussian: Gaussian, draws: int, generator: t
     with τ > σ the tail index is 1 − σ²/τ² (tested). Draws outside the support weigh 0; inf when none is finite (or
     too few for a tail, under 25). `draws` log p rows, no gradients."""
     eps = torch.randn(draws, int(target.dim), generator=generator, dtype=torch.float64)
-    with torch.no_grad():
-        log_p = target.log_prob(gaussian.draw(eps).to(device=device, dtype=dtype)).double().cpu()
+    x = gaussian.draw(eps).to(device=device, dtype=dtype)
+    with torch.no_grad():  # in rows of KHAT_CHUNK: a model over a large dataset holds one activation per row
+        log_p = torch.cat([target.log_prob(rows) for rows in x.split(KHAT_CHUNK)]).double().cpu()
     log_w = (log_p - gaussian.log_q(eps)).numpy()
     return psis_smooth(log_w)[1] if np.isfinite(log_w).any() else math.inf
