@@ -169,15 +169,24 @@ def _cell_text(cell: dict[str, Any]) -> str:
 
 
 def machines_text(results: dict[str, Any], methods: list[str]) -> str:
-    """Where and when each method's column was run (cells are rerun per method, so columns can differ: compare
-    wall times only within one)."""
-    runs: dict[tuple[str, str], list[str]] = {}
+    """Where and when each method's column was run (cells are rerun per method and per problem, so columns and
+    even rows can differ: compare wall times only within one column, and a row run on another machine is named)."""
+    runs: dict[str, list[str]] = {}
     for method in methods:
-        cells = [c for k, c in results["runs"].items() if k.endswith(f"/{method}") and c.get("status") != "missing"]
-        when = max((c.get("run_at", "") for c in cells), default="")
-        machine = next((c["machine"] for c in cells if c.get("machine")), results.get("machine", "unknown"))
-        runs.setdefault((machine, when[:10]), []).append(f"`{method}`")
-    parts = [f"{', '.join(names)} on {machine}" + (f" ({day})" if day else "") for (machine, day), names in runs.items()]
+        cells = {k.split("/")[0]: c for k, c in results["runs"].items()
+                 if k.endswith(f"/{method}") and c.get("status") != "missing"}
+        by_machine: dict[str, list[str]] = {}
+        for problem, cell in cells.items():
+            by_machine.setdefault(cell.get("machine") or results.get("machine", "unknown"), []).append(problem)
+        if not by_machine:
+            continue
+        main = max(by_machine, key=lambda m: len(by_machine[m]))
+        days = sorted({c.get("run_at", "")[:10] for c in cells.values() if c.get("run_at")})
+        text = main + (f" ({days[0]}{'…' + days[-1] if days[-1] != days[0] else ''})" if days else "")
+        others = [f"the {', '.join(rows)} row{'s' if len(rows) > 1 else ''} on {machine}"
+                  for machine, rows in by_machine.items() if machine != main]
+        runs.setdefault(text + ("; " + "; ".join(others) if others else ""), []).append(f"`{method}`")
+    parts = [f"{', '.join(names)} on {text}" for text, names in runs.items()]
     return "machines: " + "; ".join(parts) + "." + (" Wall times compare within a column." if len(runs) > 1 else "")
 
 
