@@ -32,9 +32,10 @@
    sds apart, the other eight problems at most 3.05, so only the two funnels get the flow that way. Paths can
    agree on a mode that is far from the mass (a hierarchical scale skewed away from its mode: the logistic
    regression with a sampled prior precision of docs/reproduction.md, Pathfinder's Gaussian 3.6 sds off in
-   log α): where they agree, the Pareto k̂ of the importance weights p/q of `khat_draws` draws of Pathfinder's
-   Gaussian q (PSIS, Vehtari et al. 2024) decides, and k̂ > `flow_khat_above` = 1 (the mean weight does not
-   exist: q misses mass) fits the flow too, and oversamples (point 7) as hierarchical scales need.
+   log α): the Pareto k̂ of the importance weights p/q of `khat_draws` draws of Pathfinder's Gaussian q (PSIS,
+   Vehtari et al. 2024; every job computes and reports it) above `flow_khat_above` = 1 (the mean weight does
+   not exist: q misses mass) fits the flow too, and oversamples (point 7, whatever the transport) as
+   hierarchical scales need.
 
 7. Oversampling (`oversample`, `herding.py`): where Pathfinder's paths disagree by more than `oversample_above`
    (0.5 of its sds) or its Gaussian misses mass (point 6), SVGD moves `oversample` (3) × num_particles particles, and the job returns num_particles of
@@ -133,13 +134,11 @@ class Auto(Method):
         self.flow_target: FlowTarget | None = None
         self.flow_losses: list[float] = []
         self.transport = options.transport
-        #: Pareto k̂ of Pathfinder's Gaussian as an importance proposal (point 6), where transport "auto" asks for it
-        self.khat: float | None = None
+        #: Pareto k̂ of Pathfinder's Gaussian as an importance proposal (points 6 and 7)
+        self.khat = importance_khat(target, found.best, options.khat_draws,
+                                    torch.Generator().manual_seed(derive_seed(seed, 7)), self.dtype, device)
         if self.transport == "auto":
             far_apart = found.start_disagreement() > options.flow_above
-            if not far_apart:
-                self.khat = importance_khat(target, found.best, options.khat_draws,
-                                            torch.Generator().manual_seed(derive_seed(seed, 7)), self.dtype, device)
             self.transport = "flow" if far_apart or self.misses_mass else "linear"
         if self.transport == "flow":  # x = shift + root·T(z), and SVGD's whitening acts on z (transport.py)
             flow = CouplingFlow(d, options.flow.layers, options.flow.hidden,
@@ -209,8 +208,8 @@ class Auto(Method):
 
     @property
     def misses_mass(self) -> bool:
-        """Pathfinder's Gaussian misses posterior mass although its paths agree (k̂ above `flow_khat_above`)."""
-        return self.khat is not None and self.khat > self.options.flow_khat_above
+        """Pathfinder's Gaussian misses posterior mass (k̂ above `flow_khat_above`)."""
+        return self.khat > self.options.flow_khat_above
 
     @property
     def converged(self) -> bool:
@@ -219,10 +218,9 @@ class Auto(Method):
     @property
     def grad_evals(self) -> int:
         flow_evals = self.options.flow.steps * self.options.flow.batch if self.flow_target is not None else 0
-        khat_evals = self.options.khat_draws if self.khat is not None else 0
         moved = (self.chains.grad_evals if self.chains is not None
                  else self.ensemble_size * self.step_count + self.sent_back)
-        return self.pathfinder_evals + khat_evals + flow_evals + moved
+        return self.pathfinder_evals + self.options.khat_draws + flow_evals + moved
 
     # ---- one step ----
     def step(self) -> dict[str, float]:
