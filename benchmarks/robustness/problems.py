@@ -148,36 +148,38 @@ def diabetes_regression() -> Problem:
     )
 
 
-def breast_cancer_logistic() -> Problem:
+def _breast_cancer() -> tuple[dict[str, Any], list[str]]:
+    """The standardised breast-cancer data as expression params, and the names intercept, w_<feature>."""
     from sklearn.datasets import load_breast_cancer
 
     data = load_breast_cancer()
     X = (data.data - data.data.mean(0)) / data.data.std(0)
+    return {"X": _tolist(X), "y": _tolist(data.target)}, ["intercept"] + [f"w_{n}" for n in data.feature_names]
+
+
+#: the Bernoulli-logit log likelihood of the 569 labels, intercept x[0] and weights x[1:31]
+_BREAST_LOGIT = " + sum(y * (x[0] + X @ x[1:31]) - softplus(x[0] + X @ x[1:31]))"
+
+
+def breast_cancer_logistic() -> Problem:
+    params, names = _breast_cancer()
     return Problem(
         "breast_cancer_logistic", "logistic regression on the standardised breast-cancer data, 569 x 30; "
-        "intercept ~ N(0, 2.5^2), weights ~ N(0, 1)", 31,
-        {"X": _tolist(X), "y": _tolist(data.target)},
-        "log_normal(x[0], 0, 2.5) + sum(log_normal(x[1:], 0, 1))"
-        " + sum(y * (x[0] + X @ x[1:]) - softplus(x[0] + X @ x[1:]))",
-        ["intercept"] + [f"w_{n}" for n in data.feature_names],
+        "intercept ~ N(0, 2.5^2), weights ~ N(0, 1)", 31, params,
+        "log_normal(x[0], 0, 2.5) + sum(log_normal(x[1:], 0, 1))" + _BREAST_LOGIT, names,
     )
 
 
 def hierarchical_logistic() -> Problem:
-    from sklearn.datasets import load_breast_cancer
-
-    data = load_breast_cancer()
-    X = (data.data - data.data.mean(0)) / data.data.std(0)
     # w ~ N(0, α⁻¹ I) over the intercept and the 30 weights, α ~ Gamma(1, rate 1) = Exp(1) in log α with its
     # Jacobian: the speed-up paper's model (docs/reproduction.md). Pathfinder's paths agree on a mode 3.6 sds
     # from the posterior mean of log α: the k̂ rule's case (docs/method-choice.md, `auto` point 6).
+    params, names = _breast_cancer()
     return Problem(
         "hierarchical_logistic", "logistic regression on the standardised breast-cancer data, 569 x 30, with a "
         "sampled prior precision: intercept and weights ~ N(0, 1/alpha), alpha ~ Exp(1); parameters w, log alpha", 32,
-        {"X": _tolist(X), "y": _tolist(data.target)},
-        "-exp(x[31]) + x[31] + sum(log_normal(x[0:31], 0, exp(-x[31] / 2)))"
-        " + sum(y * (x[0] + X @ x[1:31]) - softplus(x[0] + X @ x[1:31]))",
-        ["intercept"] + [f"w_{n}" for n in data.feature_names] + ["log_alpha"],
+        params, "-exp(x[31]) + x[31] + sum(log_normal(x[0:31], 0, exp(-x[31] / 2)))" + _BREAST_LOGIT,
+        names + ["log_alpha"],
     )
 
 

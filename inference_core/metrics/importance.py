@@ -29,6 +29,8 @@ import numpy as np
 KHAT_LIMIT = 0.7
 #: finite log weights all within this of each other are equal up to float64 rounding (psis_smooth)
 EQUAL_LOG_WEIGHTS = 1e-9
+#: fewer draws than this leave a tail of 4 or fewer for the GPD fit (k̂ = inf)
+MIN_TAIL_DRAWS = 25
 
 
 def khat_threshold(s: int) -> float:
@@ -82,8 +84,8 @@ def psis_smooth(log_weights: np.ndarray) -> tuple[np.ndarray, float]:
         raise ValueError("no finite log weight: the target is zero (or undefined) at every draw")
     lw[~finite] = -np.inf
     lw -= lw[finite].max()
-    if lw[finite].min() > -EQUAL_LOG_WEIGHTS:  # q ∝ p up to rounding: a bounded tail, and no GPD to fit (it
-        return lw - _logsumexp(lw), -math.inf  # would divide by the zero spread)
+    if finite.sum() >= MIN_TAIL_DRAWS and lw[finite].min() > -EQUAL_LOG_WEIGHTS:  # q ∝ p up to rounding: a
+        return lw - _logsumexp(lw), -math.inf  # bounded tail, and no GPD to fit (it would divide by the zero spread)
     m = tail_size(s)
     order = np.argsort(lw)
     cutoff = max(lw[order[-m - 1]], math.log(np.finfo(float).tiny))

@@ -38,11 +38,12 @@
    hierarchical scales need.
 
 7. Oversampling (`oversample`, `herding.py`): where Pathfinder's paths disagree by more than `oversample_above`
-   (0.5 of its sds) or its Gaussian misses mass (point 6), SVGD moves `oversample` (3) × num_particles particles, and the job returns num_particles of
-   them chosen by kernel herding. 100 particles leave a hierarchical scale biased at SVGD's fixed point (non-centred
-   eight schools: log τ's sd up to 0.3 too wide, a few particles stuck at large τ); 300 do not, and the herded 100
-   keep their moments, where a random 100 do not (docs/method-choice.md, "What limits eight schools"). The seven
-   suite problems 100 particles fit disagree by at most 0.12 and are unchanged.
+   (0.5 of its sds) or its Gaussian misses mass (point 6), SVGD moves `oversample` (3) × num_particles particles,
+   and the job returns num_particles of them chosen by kernel herding. 100 particles leave a hierarchical scale
+   biased at SVGD's fixed point (non-centred eight schools: log τ's sd up to 0.3 too wide, a few particles stuck
+   at large τ); 300 do not, and the herded 100 keep their moments, where a random 100 do not
+   (docs/method-choice.md, "What limits eight schools"). The seven suite problems 100 particles fit disagree by
+   at most 0.12 and are unchanged.
 
 8. Engine (`engine`, `chains.py`), opt-in: `"nuts"` runs NUTS chains in the same coordinates instead of SVGD
    (NeuTra, Hoffman et al. 2019), stopped when split R-hat < 1.01 and bulk ESS ≥ 4 × num_particles, the particles
