@@ -12,8 +12,9 @@ The chains are the project's own `nuts` method (Pyro's kernel, transition by tra
 latent target. One job step is one transition of every chain; the first `warmup_steps` adapt the step size and a
 diagonal mass matrix and are discarded. The run has converged when the kept draws' split R-hat is below `rhat_below`
 and their bulk ESS is at least `ess_per_particle` × num_particles on every coordinate (checked every `check_every`
-kept transitions); `steps` stays the upper bound. The job's particles are num_particles draws evenly spaced over the
-kept record, interleaved across chains (with repeats only when fewer were kept).
+kept transitions); `steps` stays the upper bound. The job's particles are num_particles of the kept draws chosen by
+kernel herding (`herding.py`) from at most HERD_FROM of them evenly spaced over the record (evenly spaced draws, with
+repeats, when no more than num_particles were kept).
 """
 
 from __future__ import annotations
