@@ -106,7 +106,8 @@ class AutoOptions(StrictModel):
     flow_above: float = Field(
         default=10.0, gt=0,
         description="start disagreement (Pathfinder sds) above which transport 'auto' fits the flow. Measured on the "
-        "robustness suite, seeds 0-2: 26-214 on the funnel and centred eight schools, at most 3.05 on the other eight")
+        "robustness suite, seeds 0-5: 57-208 on the funnel, 11-89 on centred eight schools, at most 7.0 on the other nine "
+        "(non-centred eight schools, 0.03-7.0; the rest at most 0.27)")
     flow_khat_above: float = Field(
         default=1.0, gt=0,
         description="Pareto k̂ of Pathfinder's Gaussian as an importance proposal (`khat_draws` draws) above which "
@@ -138,6 +139,15 @@ class AutoOptions(StrictModel):
         description="start disagreement (Pathfinder sds) above which `oversample` applies. Measured on the robustness "
         "suite, seeds 0-5: at most 0.12 on the seven problems 100 particles fit, 1.25-3.9 on non-centred eight schools "
         "(seeds 1-5; 0.04 on seed 0), 26 and more on the funnels")
+    oversample_khat_above: float = Field(
+        default=0.7, gt=0,
+        description="Pareto k̂ of Pathfinder's Gaussian (`khat_draws` draws) above which `oversample` applies too, "
+        "where the paths agree: above 0.7 importance sampling from it is unreliable (Vehtari et al. 2024), the "
+        "Gaussian misses a tail. Non-centred eight schools, seed 0 (paths 0.03 apart, k̂ 0.80): with 100 particles "
+        "a particle ran off at step 800 and the run missed the bars, not converged by 3,000 steps (0.16 / 0.29 over "
+        "HTTP); with 300 it met them at step 400 (0.06 / 0.08). Measured on the suite, seeds 0-5: it adds only that "
+        "run and breast cancer's seeds 1, 4, 5 (k̂ 0.71-0.83; all met the bars either way, at 3.4-4.9e4 "
+        "evaluations with 300 against 1.9-6.4e4 with 100); every other problem with paths that agree is at most 0.65")
     convergence: ConvergenceOptions = Field(default_factory=ConvergenceOptions)
     collapse_threshold: float = Field(
         default=0.6, gt=0, lt=1,

@@ -141,7 +141,7 @@ HIERARCHICAL_LOGISTIC = {"kind": "bayesian_logistic_regression", "dataset": "skl
 
 
 def test_transport_auto_fits_the_flow_where_paths_end_far_apart_or_the_gaussian_misses_mass() -> None:
-    """The default `transport: "auto"`: the suite's funnel (paths 26-214 Pathfinder sds apart on seeds 0-2) gets
+    """The default `transport: "auto"`: the suite's funnel (paths 57-208 Pathfinder sds apart on seeds 0-5) gets
     the flow whatever its k̂; the hierarchical logistic regression of docs/reproduction.md (w ~ N(0, α⁻¹I), log α
     sampled), whose paths agree, gets it from k̂ > 1 (1.01-1.69 on seeds 0-9) and moves 3 × 100 particles; the
     rotated Gaussian (k̂ ≈ 0) keeps the linear whitening, 100 particles and no flow evaluations."""
