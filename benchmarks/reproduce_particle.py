@@ -228,10 +228,10 @@ def run_breast(trials: dict[str, int], steps: int, ns: list[int], ms: list[int],
     res.update({"reference_draws": int(reference.shape[0]),
                 "reference_ess_min": float(effective_sample_size(reference[None]).min())})
     for method in methods:
-        res.setdefault("method_runs", {})[method] = provenance
         for n, m in zip(ns, ms, strict=True):
             cell = res["rows"].setdefault(method, {}).setdefault(str(n), [])
             for trial in range(len(cell), trials[method]):
+                res.setdefault("method_runs", {})[method] = provenance  # only where a run is made, not skipped
                 started = time.perf_counter()
                 result = run(breast_spec(method, n, m, steps, seed=trial))
                 wall = time.perf_counter() - started

@@ -20,6 +20,8 @@ import torch
 from inference_core.metrics.ksd_test import ksd_test
 from inference_core.samplers import GeneratorNetwork, Sampler
 from inference_core.samplers.certificate import (
+    KSD_DRAWS,
+    KSD_ONLY_DRAWS,
     corrected_draws,
     importance_draws,
     sampler_quality,
@@ -120,7 +122,7 @@ def test_quality_report_evidence_matches_a_known_normaliser() -> None:
     assert weights["pareto_k"] < weights["khat_threshold"] == pytest.approx(1 - 1 / math.log10(2000))
     assert 1 <= weights["ess"] <= 2000
     # the raw draws are off (KSD rejects) but the weights are well behaved: correctable
-    assert report["ksd"]["pvalue"] < 0.05
+    assert report["ksd"]["pvalue"] < 0.05 and report["ksd"]["n"] == KSD_DRAWS
     assert report["verdict"] == "usable with correction" and "PSIS" in report["reason"]
 
 
@@ -137,6 +139,7 @@ def test_a_folding_generator_is_reported_unreliable() -> None:
     report = sampler_quality(sampler, target64(GAUSSIAN))
     assert report["density"] == "branch" and "not injective" in report["density_reason"]
     assert report["verdict"] == "unreliable" and "folds" in report["reason"]
+    assert report["ksd"]["n"] == KSD_ONLY_DRAWS  # the test decides alone: the stronger one
 
 
 def test_a_generator_without_density_gets_a_ksd_only_verdict() -> None:
@@ -148,6 +151,7 @@ def test_a_generator_without_density_gets_a_ksd_only_verdict() -> None:
     report = sampler_quality(sampler, target64(GAUSSIAN))
     assert report["density"] == "unavailable" and report["importance"] is None
     assert report["verdict"] == "unreliable" and "no correction" in report["reason"]
+    assert report["ksd"]["n"] == KSD_ONLY_DRAWS
 
 
 @pytest.mark.parametrize(("khat", "pvalue", "expected"), [
