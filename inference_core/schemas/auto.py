@@ -130,7 +130,8 @@ class AutoOptions(StrictModel):
     chains: ChainOptions = Field(default_factory=ChainOptions)
     oversample: int = Field(
         default=3, ge=1, le=100,
-        description="where Pathfinder's paths disagree by more than `oversample_above`, run this many times "
+        description="where Pathfinder's paths disagree by more than `oversample_above` or its k̂ is above "
+        "`oversample_khat_above` (or `flow_khat_above`), run this many times "
         "num_particles and return num_particles of them chosen by kernel herding. 100 particles leave a hierarchical "
         "scale biased (non-centred eight schools, seeds 0-5: log tau's sd up to 0.3 too wide); 300 did not, and the "
         "herded 100 of them kept that (docs/method-choice.md). Costs this factor in evaluations where it applies")
