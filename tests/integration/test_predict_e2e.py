@@ -102,14 +102,16 @@ def test_hypernetwork_sampler_carries_a_certificate(trained) -> None:
     hypernetwork against its data, and /sample's log weights over inline data match the target rebuilt here."""
     import torch
 
-    from inference_core.samplers.certificate import VERDICTS
+    from inference_core.samplers.certificate import KSD_DRAWS, KSD_ONLY_DRAWS, VERDICTS
     from inference_core.targets import BuildContext, build_target
 
     stack, jobs = trained
     url = f"/v1/samplers/{jobs['sampler']['sampler_id']}"
     quality = stack.client.get(url).json()["quality"]
     assert quality["density"] in ("exact", "branch") and quality["importance"]["pareto_k"] is not None
-    assert quality["verdict"] in VERDICTS and quality["ksd"]["n"] == 500
+    # a folded generator's branch density gives no valid weights: the KSD test alone decides, with more draws
+    assert quality["ksd"]["n"] == (KSD_ONLY_DRAWS if quality["density"] == "branch" else KSD_DRAWS)
+    assert quality["verdict"] in VERDICTS
     body = stack.client.post(url + "/sample", json={"n": 20, "seed": 1, "return": ["log_q", "log_weights"]}).json()
     draws = torch.tensor(body["samples"], dtype=torch.float64)
     log_p = build_target(TARGET, BuildContext(dtype=torch.float64)).log_prob(draws).numpy()
