@@ -96,6 +96,11 @@ def bandwidth_factor(options: AutoOptions, dim: int) -> float:
     return max(1.0, dim / 20.0) if options.bandwidth_factor == "auto" else float(options.bandwidth_factor)
 
 
+#: `lr: "auto"`: the particles' step (posterior sds) through the linear whitening and through the flow (the option's
+#: description has the measurements)
+LINEAR_LR = 0.4
+FLOW_LR = 0.2
+
 #: `starts_disagree` fires when a Pathfinder path's chosen mean lies outside the particles' mass: farther from their
 #: mean, in Mahalanobis units of their covariance, than the radius holding all but PATH_OUTSIDE_LEVEL of a Gaussian's
 #: mass, √χ²_d(1 − level) (3.8 at d = 2, 5.5 at d = 10, 7.9 at d = 32). A single mode lies within the mass: measured
@@ -178,7 +183,10 @@ class Auto(Method):
         start = per_particle_normal(seed, self.ensemble_size, d, torch.float64).to(device=device, dtype=self.dtype)
         start, self.redrawn = redraw_nonfinite(target, start, draw, options.start_retries, self.to_target)
         self.u = start.requires_grad_(True)
-        self.optimizer = build_optimizer([self.u], OptimizerOptions(name="sgd", lr=options.lr))
+        #: the particles' step in whitened units: `lr`, or for "auto" the one measured for the transport (its schema)
+        self.lr = (float(options.lr) if options.lr != "auto"
+                   else LINEAR_LR if self.transport == "linear" else FLOW_LR)
+        self.optimizer = build_optimizer([self.u], OptimizerOptions(name="sgd", lr=self.lr))
         #: heavy-ball velocity in u (kept here, not in the optimiser, so that the move it makes can be capped)
         self.velocity = torch.zeros_like(self.u, requires_grad=False)
         self.before: Tensor | None = None  # positions before the last move (`step`)
@@ -260,7 +268,7 @@ class Auto(Method):
             h = self.bandwidth_rule(u)
             phi = svgd_direction(u, score, kernel_from_options(self.kernel_options, h))
             velocity = self.options.momentum * self.velocity + phi
-            move = self.options.lr * velocity.norm(dim=-1, keepdim=True)  # each particle moves at most max_move
+            move = self.lr * velocity.norm(dim=-1, keepdim=True)  # each particle moves at most max_move
             self.velocity = velocity * (self.options.max_move / move).clamp(max=1.0).nan_to_num(1.0)
             self.before = u.clone()
         self.pullback(self.u, self.velocity)
