@@ -35,8 +35,9 @@
    regression with a sampled prior precision of docs/reproduction.md, Pathfinder's Gaussian 3.6 sds off in
    log α): the Pareto k̂ of the importance weights p/q of `khat_draws` draws of Pathfinder's Gaussian q (PSIS,
    Vehtari et al. 2024; every job computes and reports it) above `flow_khat_above` = 1 (the mean weight does
-   not exist: q misses mass) fits the flow too, and oversamples (point 7, whatever the transport) as
-   hierarchical scales need.
+   not exist), with the weighted mean more than `flow_shift_above` = 1 of q's sds from q's mean (q misses mass on
+   one side, not only in heavy tails: `pathfinder.importance_check`), fits the flow too, and oversamples
+   (point 7, whatever the transport) as hierarchical scales need.
 
 7. Oversampling (`oversample`, `herding.py`): where Pathfinder's paths disagree by more than `oversample_above`
    (0.5 of its sds), its Gaussian misses a tail (k̂ above `oversample_khat_above`, 0.7) or mass (point 6), SVGD moves `oversample` (3) × num_particles particles,
@@ -73,7 +74,7 @@ from inference_core import errors
 from inference_core.kernels import bandwidth_rule_from_options, kernel_from_options
 from inference_core.methods.auto.chains import LatentChains
 from inference_core.methods.auto.herding import kernel_herding
-from inference_core.methods.auto.pathfinder import PathfinderResult, importance_khat, pathfinder
+from inference_core.methods.auto.pathfinder import PathfinderResult, importance_check, pathfinder
 from inference_core.methods.auto.transport import CouplingFlow, FlowTarget, fit_flow
 from inference_core.methods.base import Method, check_direction
 from inference_core.methods.directions import svgd_direction
@@ -150,9 +151,10 @@ class Auto(Method):
         self.flow_target: FlowTarget | None = None
         self.flow_losses: list[float] = []
         self.transport = options.transport
-        #: Pareto k̂ of Pathfinder's Gaussian as an importance proposal (points 6 and 7)
-        self.khat = importance_khat(target, found.best, options.khat_draws,
-                                    torch.Generator().manual_seed(derive_seed(seed, 7)), self.dtype, device)
+        #: Pathfinder's Gaussian as an importance proposal: its k̂ and weighted-mean shift (points 6 and 7)
+        self.importance = importance_check(target, found.best, options.khat_draws,
+                                           torch.Generator().manual_seed(derive_seed(seed, 7)), self.dtype, device)
+        self.khat = self.importance.khat
         if self.transport == "auto":
             far_apart = found.start_disagreement() > options.flow_above
             self.transport = "flow" if far_apart or self.misses_mass else "linear"
@@ -229,8 +231,10 @@ class Auto(Method):
 
     @property
     def misses_mass(self) -> bool:
-        """Pathfinder's Gaussian misses posterior mass (k̂ above `flow_khat_above`)."""
-        return self.khat > self.options.flow_khat_above
+        """Pathfinder's Gaussian misses posterior mass: k̂ above `flow_khat_above` and its importance-weighted mean
+        more than `flow_shift_above` of its sds from its own (heavy tails alone do not move it)."""
+        return (self.khat > self.options.flow_khat_above
+                and self.importance.shift_sd > self.options.flow_shift_above)
 
     @property
     def converged(self) -> bool:
@@ -368,6 +372,7 @@ class Auto(Method):
             "start_disagreement_sd": disagreement,
             "start_outside_sd": outside,
             "pathfinder_khat": self.khat,
+            "pathfinder_importance_shift_sd": self.importance.shift_sd,
             "spread_vs_pathfinder_min": ratio,
             "converged_step": self.converged_step,
             "redrawn_starts": self.redrawn,
