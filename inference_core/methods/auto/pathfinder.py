@@ -335,8 +335,3 @@ def importance_check(target: Target, gaussian: Gaussian, draws: int, generator: 
     shift = np.abs((weighted_mean - gaussian.mean.numpy()) / gaussian.std.numpy())
     return ImportanceCheck(khat, float(shift.max()))
 
-
-def importance_khat(target: Target, gaussian: Gaussian, draws: int, generator: torch.Generator,
-                    dtype: torch.dtype = torch.float64, device: torch.device | None = None) -> float:
-    """The k̂ of `importance_check`."""
-    return importance_check(target, gaussian, draws, generator, dtype, device).khat
