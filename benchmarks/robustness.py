@@ -37,28 +37,12 @@ sys.path.insert(0, str(ROOT))
 from benchmarks._timing import machine_summary, replace_section  # noqa: E402
 from benchmarks.robustness.problems import problems  # noqa: E402
 from benchmarks.robustness.scoring import LOG_SD_BAR, MEAN_BAR, load_reference, score  # noqa: E402
+from benchmarks.robustness.specs import METHOD_SPECS, server_method  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "robustness.json"
 DOC = ROOT / "docs" / "benchmarks.md"
 SECTION = "Robustness suite (issue 14)"
 DEFAULT_METHODS = ["auto", "svgd", "gpvi", "nuts"]
-#: what each method gets beyond `method` and `target` (issue 14: defaults, except that `auto`'s `steps` is an
-#: upper bound and NUTS runs 1,000 warm-up + 1,000 kept transitions in each of its 4 default chains)
-METHOD_SPECS: dict[str, dict[str, Any]] = {
-    "auto": {"steps": 3000},
-    # keep and return every draw (the job's particles are num_particles of the kept draws, 100 by default:
-    # too few to meet the mean bar even when exact)
-    "nuts": {"steps": 2000, "num_particles": 4000, "options": {"warmup_steps": 1000, "max_draws_per_chain": 1001}},
-    # a column of its own, not a server method: `auto` with its neural transport forced on every problem
-    "auto_flow": {"method": "auto", "steps": 3000, "options": {"transport": "flow"}},
-}
-
-
-def server_method(column: str) -> str:
-    """The server method a table column runs (`auto_flow` is `auto` with an option)."""
-    return METHOD_SPECS.get(column, {}).get("method", column)
-
-
 def load_results(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text()) if path.exists() else {"runs": {}}
 

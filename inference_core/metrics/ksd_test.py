@@ -56,6 +56,7 @@ def ksd_test(x: Tensor, score: Tensor, *, bootstrap: int = 1000, seed: int = 0,
         flips = torch.rand((bootstrap, n - 1), generator=generator, dtype=torch.float64) < flip_probability
         signs = torch.cat([w[:, :1], torch.where(flips, -1.0, 1.0).to(torch.float64)], dim=1)
         w = torch.cumprod(signs, dim=1)
+    w = w.to(u.device)  # drawn on the CPU (the same signs on any device), used where the particles are
     null = ((w @ u) * w).sum(-1) / (n * (n - 1))
     pvalue = float((null >= statistic).double().mean())
     return {"ksd2": statistic, "pvalue": pvalue, "n": float(n), "bandwidth": h}

@@ -142,7 +142,7 @@ class Auto(Method):
                 f"auto takes targets of dimension up to {MAX_DIM} (dense Pathfinder Hessians and whitening); this one "
                 f"has {target.dim}: use fsvgd, ensemble or gpvi for network weights")
         found = pathfinder(target, generator=torch.Generator().manual_seed(derive_seed(seed, 3)), dtype=self.dtype,
-                           **options.pathfinder.model_dump())
+                           device=device, **options.pathfinder.model_dump())
         self.found: PathfinderResult = found
         d = int(target.dim)
         #: the target in whitened coordinates x = shift + root·u (targets.whitened, shared with generative methods)

@@ -45,22 +45,26 @@ MAX_HALVINGS = 40
 
 
 class DensityCounter:
-    """log p and ∇log p of a target at rows x [m, d] in one autograd pass, as float64; counts the rows."""
+    """log p and ∇log p of a target at rows x [m, d] in one autograd pass, as float64 on the CPU; counts the rows.
+    The target is evaluated in the dtype and on the device it was built for (its data live there); Pathfinder's
+    own d-dimensional algebra stays on the CPU."""
 
-    def __init__(self, target: Target, batch: object | None = None, dtype: torch.dtype = torch.float64):
+    def __init__(self, target: Target, batch: object | None = None, dtype: torch.dtype = torch.float64,
+                 device: torch.device | None = None):
         self.target = target
         self.batch = batch
         self.evals = 0
         self._dtype = dtype  # the dtype the target was built in
+        self._device = device  # and its device (None: the CPU)
 
     def __call__(self, x: Tensor) -> tuple[Tensor, Tensor]:
         self.evals += x.shape[0]
         with torch.enable_grad():
-            leaf = x.to(self._dtype).detach().requires_grad_(True)
+            leaf = x.to(device=self._device, dtype=self._dtype).detach().requires_grad_(True)
             lp = self.target.log_prob(leaf, self.batch)
             (grad,) = torch.autograd.grad(lp.sum(), leaf, allow_unused=True)
         grad = torch.zeros_like(leaf) if grad is None else grad
-        return lp.detach().double(), grad.detach().double()
+        return lp.detach().double().cpu(), grad.detach().double().cpu()
 
 
 @dataclass
@@ -258,14 +262,16 @@ def elbo(density: DensityCounter, mean: Tensor, root: Tensor, log_det: float, ep
 
 def pathfinder(target: Target, *, starts: int, start_scale: float, max_iters: int, history: int, tol: float,
                max_candidates: int, elbo_draws: int, generator: torch.Generator, newton_steps: int = 0,
-               start_retries: int = 20, dtype: torch.dtype = torch.float64) -> PathfinderResult:
+               start_retries: int = 20, dtype: torch.dtype = torch.float64,
+               device: torch.device | None = None) -> PathfinderResult:
     """Multi-path Pathfinder (see the module docstring). `generator` drives the starts and the ELBO draws.
 
     Each start is N(0, start_scale²) (redrawn, bounded by `start_retries`, where log p or its gradient is not
     finite). Each L-BFGS path goes on with up to `newton_steps` Newton steps (module docstring). On each path
     the candidates are up to `max_candidates` points evenly spaced in iteration, the last included; the ELBO
-    draws are shared by all candidates of all paths (common random numbers). `dtype`: the dtype the target was built in (its log-density is evaluated there; everything else is float64)."""
-    density = DensityCounter(target, dtype=dtype)
+    draws are shared by all candidates of all paths (common random numbers). `dtype`, `device`: what the target
+    was built for (its log-density is evaluated there; everything else is float64 on the CPU)."""
+    density = DensityCounter(target, dtype=dtype, device=device)
     d = int(target.dim)
     eps = torch.randn(elbo_draws, d, generator=generator, dtype=torch.float64)
     per_start, ends, iterations = [], [], []

@@ -87,7 +87,7 @@ def match_initial_scale(network: GeneratorNetwork, target: Target, seed: int) ->
     return True
 
 
-def whitened_view(target: Target, options: GenerativeOptions, seed: int) -> Target:
+def whitened_view(target: Target, options: GenerativeOptions, seed: int, device: torch.device) -> Target:
     """The target in Pathfinder-whitened coordinates (`targets.whitened`) with `precondition` "pathfinder", else
     itself. Measured with GPVI's defaults on the robustness suite (2,000 steps, seed 0; worst |Δmean|/sd,
     worst |log sd ratio|): rotated Gaussian d = 20 0.37/0.51 raw → 0.23/6.2 whitened, eight schools
@@ -107,8 +107,9 @@ def whitened_view(target: Target, options: GenerativeOptions, seed: int) -> Targ
     if mode == "none":
         return target
     found = pathfinder(target, generator=torch.Generator().manual_seed(derive_seed(seed, STREAM_PRECONDITION)),
-                       dtype=DTYPES[options.dtype], **PathfinderOptions().model_dump())
-    return WhitenedTarget(target, found.best.mean.to(torch.float64), found.best.root.to(torch.float64))
+                       dtype=DTYPES[options.dtype], device=device, **PathfinderOptions().model_dump())
+    return WhitenedTarget(target, found.best.mean.to(device=device, dtype=torch.float64),
+                          found.best.root.to(device=device, dtype=torch.float64))
 
 
 class GenerativeMethod(Method):
@@ -125,7 +126,7 @@ class GenerativeMethod(Method):
                                               loc=("num_particles",))
         d = int(target.dim)
         #: the target the generator trains against: `target` itself, or its whitened view (issue 14)
-        self.view: Target = whitened_view(target, options, seed)
+        self.view: Target = whitened_view(target, options, seed, device)
         gen = options.generator
         k = gen.noise_dim if gen.noise_dim is not None else min(d, DEFAULT_NOISE_DIM)
         if k > d:
