@@ -208,6 +208,19 @@ def test_median_value_is_numpys_median_and_leaves_its_input_alone(count: int) ->
     assert torch.equal(values, before)
 
 
+@pytest.mark.parametrize("count", [1, 2, 7, 10, 1001])
+def test_the_sorting_median_of_other_devices_is_numpys_median_with_inf_padding_ignored(count: int) -> None:
+    """The GPU path (one sort; kthvalue is slow on one long slice) checked on CPU values: the median of the
+    `count` finite entries of a scratch tensor padded with +inf, as the distance matrix's diagonal is."""
+    from inference_core.kernels.bandwidth import _median_by_sort, _select_median
+
+    finite = torch.randn(count, generator=torch.Generator().manual_seed(count), dtype=torch.float32)
+    padded = torch.cat([finite, torch.full((count // 3 + 1,), math.inf)])[torch.randperm(count + count // 3 + 1, generator=torch.Generator().manual_seed(0))]
+    expected = float(np.median(finite.double().numpy()))
+    assert _median_by_sort(padded, (count - 1) // 2, count // 2) == expected
+    assert _select_median(padded.clone(), count) == expected  # the CPU path agrees
+
+
 def test_distance_median_over_all_entries_distinct_pairs_and_the_leading_block() -> None:
     from inference_core.kernels.bandwidth import DISTANCE_MEDIAN_MAX_SIDE, bandwidth_value, distance_median
 
