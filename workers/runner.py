@@ -25,6 +25,7 @@ from app.data.samplers import artifact_row, store_sampler
 from app.logging_config import ContextThread, log_context
 from inference_core import errors
 from inference_core.methods.base import Method
+from inference_core.metrics.quality import with_sampler_certificate
 from inference_core.samplers.certificate import sampler_quality
 from inference_core.serialization import state_from_bytes, state_to_bytes
 from inference_core.targets import BuildContext, build_target
@@ -268,8 +269,8 @@ class JobExecution:
                 if predictor is not None:
                     artifacts.append(predictor)
             hooks.latest.update(clean_metrics(result.final_metrics))
-            self._finish(hooks, "succeeded", artifacts=artifacts, sampler=sampler,
-                         quality=json_safe(result.quality))
+            quality = result.quality if sampler is None else with_sampler_certificate(result.quality, sampler.quality)
+            self._finish(hooks, "succeeded", artifacts=artifacts, sampler=sampler, quality=json_safe(quality))
 
     def _store_sampler(self, result: RunResult, artifacts: list[Artifact]) -> Sampler | None:
         """A generative method's trained generator, stored next to the job's particles."""

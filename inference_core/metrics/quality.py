@@ -153,10 +153,31 @@ def quality_report(method: Any, final_metrics: dict[str, float]) -> dict[str, An
     errors = {key: final_metrics[key] for key in REFERENCE_ERRORS
               if key in final_metrics and math.isfinite(final_metrics[key])}
     report["reference"] = errors or None
+    return _with_verdict(report, warnings)
+
+
+def _with_verdict(report: dict[str, Any], warnings: list[dict[str, str]]) -> dict[str, Any]:
     report["warnings"] = warnings
     report["trustworthy"] = not warnings
     report["verdict"] = "unreliable" if warnings else "good"
     report["reason"] = ("; ".join(w["message"] for w in warnings) if warnings else
                         "no warning raised" + (": the spread matches the target's score and the KSD test does "
-                                               "not reject the draws" if report["ksd"] else ""))
+                                               "not reject the draws" if report.get("ksd") else ""))
     return report
+
+
+def with_sampler_certificate(report: dict[str, Any], certificate: dict[str, Any] | None) -> dict[str, Any]:
+    """The job's `quality` block of a generative method, told what its sampler's certificate found
+    (samplers.certificate.sampler_quality): `sampler_verdict`, and the warning `sampler_unreliable` where the
+    certificate calls the sampler unreliable. The job's own checks look at its last training batch of ~100 draws;
+    the certificate at 2,000 fresh draws with importance weights, and sees what they miss: GPVI stuck in centred
+    eight schools' neck, 11.8 sds off, passed the job's checks once (KSD p 0.002 at the 0.001 level) while the
+    certificate's k̂ rejected it (docs/method-choice.md). A new dict; `report` is left as it was."""
+    if not certificate or certificate.get("verdict") is None:
+        return report
+    merged = {**report, "sampler_verdict": certificate["verdict"]}
+    warnings = list(report.get("warnings") or [])
+    if certificate["verdict"] == "unreliable":
+        warnings.append({"code": "sampler_unreliable", "message": (
+            f"the sampler's certificate (2,000 fresh draws) calls it unreliable: {certificate.get('reason', '')}")})
+    return _with_verdict(merged, warnings)

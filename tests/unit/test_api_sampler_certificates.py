@@ -124,3 +124,47 @@ def test_certificate_work_is_capped_before_any_draw(make_client, trained, monkey
     assert client.post(url, json={"n": 499, "correct": "psis"}).status_code == 200
     monkeypatch.setattr(certificates, "MAX_WEIGHT_ROW_EVALUATIONS", 99)  # a Gaussian counts 1 row per proposal
     assert_problem(client.post(url, json={"n": 50, "correct": "imh"}), 413, "limit_exceeded")
+
+
+def test_a_job_is_told_what_its_samplers_certificate_found(make_client) -> None:
+    """The worker writes the certificate's verdict into the job's own `quality` (`sampler_verdict`), and a sampler
+    the certificate calls unreliable makes the job `unreliable` too (`sampler_unreliable`), whatever the job's
+    checks of its last ~100-draw batch said. Unreliable: 2 steps from N(0, I) towards N(20·1, I) unwhitened (the
+    generator's draws lie 28 sds from the mass: k̂ is infinite). Good: GPVI's defaults start at Pathfinder's
+    Gaussian, which is this Gaussian target exactly."""
+    from tests.support.inprocess import run_worker
+
+    client, settings = make_client()
+
+    def job_quality(spec: dict) -> tuple[dict, dict]:
+        response = client.post("/v1/jobs", json=spec)
+        assert response.status_code == 202, response.text
+        run_worker(settings, response.json()["id"])
+        job = client.get(f"/v1/jobs/{response.json()['id']}").json()
+        assert job["status"] == "succeeded", job["error"]
+        return job["quality"], client.get(f"/v1/samplers/{job['sampler_id']}").json()["quality"]
+
+    far = {"kind": "gaussian", "mean": [20.0, 20.0], "cov": [[1.0, 0.0], [0.0, 1.0]]}
+    bad, bad_certificate = job_quality({"method": "gpvi", "target": far, "steps": 2, "seed": 0,
+                                        "options": {"precondition": "none"}})
+    assert bad_certificate["verdict"] == "unreliable"
+    assert bad["sampler_verdict"] == "unreliable" and bad["verdict"] == "unreliable" and not bad["trustworthy"]
+    message = next(w["message"] for w in bad["warnings"] if w["code"] == "sampler_unreliable")
+    assert bad_certificate["reason"] in message
+    good, good_certificate = job_quality({"method": "gpvi", "target": TARGET, "steps": 20, "seed": 0})
+    assert good["sampler_verdict"] == good_certificate["verdict"] == "good", (good, good_certificate)
+    assert "sampler_unreliable" not in [w["code"] for w in good["warnings"]]
+
+
+def test_the_certificate_merge_adds_only_an_unreliable_verdict() -> None:
+    from inference_core.metrics.quality import with_sampler_certificate
+
+    job = {"ksd": None, "warnings": [], "trustworthy": True, "verdict": "good", "reason": "no warning raised"}
+    assert with_sampler_certificate(job, None) is job
+    assert with_sampler_certificate(job, {"verdict": None, "reason": "no density"}) is job
+    corrected = with_sampler_certificate(job, {"verdict": "usable with correction", "reason": "k̂ 0.6"})
+    assert corrected["verdict"] == "good" and corrected["sampler_verdict"] == "usable with correction"
+    bad = with_sampler_certificate(job, {"verdict": "unreliable", "reason": "Pareto k̂ = 3.10 is over"})
+    assert bad["verdict"] == "unreliable" and [w["code"] for w in bad["warnings"]] == ["sampler_unreliable"]
+    assert "Pareto k̂ = 3.10 is over" in bad["reason"]
+    assert job["verdict"] == "good" and job["warnings"] == []  # the job's own block is left as it was
