@@ -13,11 +13,15 @@ gradient evaluations, wall time, the quality verdict) so runs on two devices can
 `--every-method` first runs every other method of the catalog for 20 steps on a small inline BNN regression (the one
 target kind every method accepts) on the device, and reports where its particles or sampler draws ended up and
 whether they are finite: a method that silently falls back to the CPU, or breaks on CUDA, shows there.
+
+`--find-mismatches` runs everything inside `device_mismatches.MismatchFinder`: an op that fails on mixed
+devices is recorded and retried on the device, so one pass lists every site (a plain run stops at the first).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -29,6 +33,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.device_mismatches import MismatchFinder  # noqa: E402
 from benchmarks.robustness.problems import problems  # noqa: E402
 from benchmarks.robustness.scoring import load_reference, score  # noqa: E402
 from benchmarks.robustness.specs import METHOD_SPECS, server_method  # noqa: E402
@@ -101,19 +106,31 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path)
     parser.add_argument("--every-method", action="store_true", help="first a 20-step job of every method")
+    parser.add_argument("--find-mismatches", action="store_true",
+                        help="record ops that fail on mixed devices, retry them on the device, list them at the end")
     args = parser.parse_args()
+    finder = MismatchFinder(args.device) if args.find_mismatches else None
     cells: list[dict[str, Any]] = []
-    if args.every_method:
-        for name in (m for m in METHODS if m != "auto"):  # `auto` runs in the scored cells below
-            cells.append(smoke_cell(name, args.device))
-            print(json.dumps(cells[-1]), flush=True)
-    for column in args.methods.split(","):
-        for name in args.problems.split(","):
-            cell = run_cell(name, column, args.device, args.seed)
-            print(json.dumps(cell, default=float), flush=True)
-            cells.append(cell)
-            if args.out:
-                args.out.write_text(json.dumps(cells, indent=1, default=float) + "\n")
+
+    def record(cell: dict[str, Any]) -> None:
+        print(json.dumps(cell, default=float), flush=True)
+        cells.append(cell)
+        if args.out:
+            args.out.write_text(json.dumps(cells, indent=1, default=float) + "\n")
+
+    with finder if finder is not None else contextlib.nullcontext():
+        if args.every_method:
+            for name in (m for m in METHODS if m != "auto"):  # `auto` runs in the scored cells below
+                if finder is not None:
+                    finder.job = name
+                record(smoke_cell(name, args.device))
+        for column in args.methods.split(","):
+            for name in args.problems.split(","):
+                if finder is not None:
+                    finder.job = f"{column}/{name}"
+                record(run_cell(name, column, args.device, args.seed))
+    if finder is not None:
+        print(finder.report(), flush=True)
     scored = [c for c in cells if "problem" in c]
     passed = sum(bool(c.get("pass")) for c in scored)
     broken = [c["smoke"] for c in cells if "smoke" in c and not (c["status"] == "succeeded" and c["finite"])]

@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from inference_core.schemas.kernels import EXACT_MAX_N
+
 #: Bytes per number of each dtype option (methods without one compute in float32).
 ITEMSIZE = {"float32": 4, "float64": 8}
 #: [n, d] arrays a particle method holds at once: particles, score, kernel term, update, two Adam moments,
@@ -23,6 +25,10 @@ PAIRWISE_SCRATCH_BYTES = 256 * 1024**2
 #: float64, up to kernels.solve.CHOLESKY_MAX_N particles (CG above that, chunked).
 DENSE_SOLVE_MAX_N = 8192
 DENSE_SOLVE_COPIES = 5  # GFSF at n = 8000 grew by about 4 n×n float64 arrays
+#: The exact median heuristic (rules `median`, `scaled`, and `running_average` of either) holds all n² squared
+#: distances (kernels.bandwidth refuses it beyond 11,585 particles), and on a GPU sorts them: the sorted copy and
+#: its int64 indices, up to 4 arrays of n² numbers in all.
+EXACT_MEDIAN_COPIES = 4
 #: Default noise width k of a generator (methods.generative.base.DEFAULT_NOISE_DIM).
 DEFAULT_NOISE_DIM = 64
 #: Generator parameters held at once: weights, gradient, two Adam moments.
@@ -61,6 +67,17 @@ def _generative_bytes(method: str, options: Any, n: int, d: int, itemsize: int) 
     return total
 
 
+def _exact_median_bytes(options: Any, n: int, itemsize: int) -> int:
+    """What an exact median over all n particles holds; nothing beyond EXACT_MAX_N (11,585) particles, where such
+    a spec is refused (spec.validate_job_spec, after the memory check), so the term stays under about 2 GiB."""
+    bandwidth = getattr(getattr(options, "kernel", None), "bandwidth", None)
+    if bandwidth is None or getattr(getattr(options, "bandwidth", None), "source", "kernel") == "cross_median":
+        return 0
+    rule = bandwidth.average_of if bandwidth.rule == "running_average" else bandwidth.rule
+    exact = rule in ("median", "scaled") and n <= EXACT_MAX_N
+    return EXACT_MEDIAN_COPIES * n * n * itemsize if exact else 0
+
+
 def job_memory_bytes(method: str, family: str, options: Any, num_particles: int, dim: int,
                      eval_reference_samples: int = 0) -> int:
     """Estimated peak bytes of a job: `method` and `family` from the catalog, `options` its validated option
@@ -74,6 +91,7 @@ def job_memory_bytes(method: str, family: str, options: Any, num_particles: int,
         if method == "gfsf" and (options.solve_method == "cholesky"
                                  or (options.solve_method == "auto" and n <= DENSE_SOLVE_MAX_N)):
             total += DENSE_SOLVE_COPIES * n * n * 8
+        total += _exact_median_bytes(options, n, itemsize)
     total += eval_reference_samples * d * 8
     return int(total + PAIRWISE_SCRATCH_BYTES)
 

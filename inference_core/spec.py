@@ -18,6 +18,7 @@ from inference_core import errors
 from inference_core.catalog import METHODS, TARGET_KINDS, Method
 from inference_core.memory import format_bytes, job_memory_bytes
 from inference_core.schemas.common import StrictModel, find_nonfinite
+from inference_core.schemas.kernels import EXACT_MAX_N, KernelOptions, exact_median_rule
 
 
 @dataclass(frozen=True)
@@ -157,9 +158,27 @@ def validate_job_spec(raw: Any, limits: Limits | None = None) -> JobSpec:
     dim = getattr(target, "dim", None)
     if dim is not None:  # else it depends on an uploaded data set: the service checks with check_job_memory
         _check_memory(method, options, spec, dim, limits)
+        _check_exact_median(options, spec.num_particles)
     return spec.model_copy(
         update={"target": target.model_dump(mode="json"), "options": options.model_dump(mode="json")}
     )
+
+
+def _check_exact_median(options: Any, num_particles: int) -> None:
+    """A kernel bandwidth by the exact median over all particles (`kernel.bandwidth`, unless a speed-up method
+    takes its cross median instead) holds their n² distances: refused beyond EXACT_MAX_N particles at submit,
+    not by the worker mid-run."""
+    kernel = getattr(options, "kernel", None)
+    if not isinstance(kernel, KernelOptions) or num_particles <= EXACT_MAX_N:
+        return
+    if getattr(getattr(options, "bandwidth", None), "source", "kernel") == "cross_median":
+        return
+    if exact_median_rule(kernel.bandwidth):
+        raise errors.MethodOptionsInvalid(
+            f"the bandwidth rule {kernel.bandwidth.rule!r} takes the exact median of all n² pairwise distances, "
+            f"which is refused beyond {EXACT_MAX_N:,} particles ({num_particles:,} asked for): use rule "
+            "'median_subsampled' (the median over a fixed subset), or fewer particles",
+            loc=("options", "kernel", "bandwidth", "rule"))
 
 
 def _check_memory(method: Method, options: Any, spec: JobSpec, dim: int, limits: Limits) -> None:
@@ -179,9 +198,12 @@ def _check_memory(method: Method, options: Any, spec: JobSpec, dim: int, limits:
 
 def check_job_memory(spec: JobSpec, dim: int, limits: Limits) -> None:
     """`limit_exceeded` when a validated spec's memory estimate at target dimension `dim` is over
-    `limits.max_job_memory_bytes` (for targets whose dimension comes from an uploaded data set)."""
+    `limits.max_job_memory_bytes`, then `method_options_invalid` for an exact median over too many particles
+    (for targets whose dimension comes from an uploaded data set: validate_job_spec checks the others)."""
     method = METHODS[spec.method]
-    _check_memory(method, method.schema.model_validate(spec.options), spec, dim, limits)
+    options = method.schema.model_validate(spec.options)
+    _check_memory(method, options, spec, dim, limits)
+    _check_exact_median(options, spec.num_particles)
 
 
 def spec_fingerprint(raw: Any) -> str:

@@ -18,14 +18,12 @@ from torch import Tensor
 
 from inference_core.kernels import chunked, dense
 from inference_core.kernels.common import centre, check_points, resolve_memory_budget
-from inference_core.schemas.kernels import BandwidthOptions
+from inference_core.schemas.kernels import EXACT_MAX_ENTRIES, BandwidthOptions
 
 DIVISORS: tuple[str, ...] = ("log_n", "log_n_plus_1", "log_n_squared", "none")
 MEDIAN_METHODS: tuple[str, ...] = ("auto", "exact", "subsample")
 #: `method="auto"` is exact up to this many particles, subsampled beyond.
 AUTO_EXACT_MAX_N = 4096
-#: The exact median materialises n² squared distances; refuse beyond this many (512 MiB in float32).
-EXACT_MAX_ENTRIES = 2**27
 
 
 def divisor_value(divisor: str, n: int) -> float:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 from pydantic import Field, model_validator
@@ -9,6 +10,12 @@ from pydantic import Field, model_validator
 from inference_core.schemas.common import StrictModel
 
 BandwidthRuleName = Literal["median", "median_subsampled", "fixed", "scaled", "running_average"]
+
+
+#: The exact median materialises n² squared distances; refuse beyond this many (512 MiB in float32) ...
+EXACT_MAX_ENTRIES = 2**27
+#: ... so at most this many particles (11,585): more are refused when a job is submitted (spec.py).
+EXACT_MAX_N = math.isqrt(EXACT_MAX_ENTRIES)
 
 
 class BandwidthOptions(StrictModel):
@@ -19,7 +26,8 @@ class BandwidthOptions(StrictModel):
     * `median`: exact median of the squared pairwise distances / divisor(n). Without the diagonal the median
       runs over the n(n-1)/2 distinct pairs; with it, over the full n×n matrix, zero diagonal included (the
       convention of the original SVGD code, ALF and NumPyro). h = 1 if the median is 0. Exact selection needs
-      all n² distances in memory, so it is refused above 11,585 particles: use `median_subsampled` there.
+      all n² distances in memory, so a job with more than 11,585 particles is refused when submitted
+      (`method_options_invalid`): use `median_subsampled` there.
     * `median_subsampled`: the same over a fixed, seeded subset of `subsample_size` particles (deterministic
       given `seed`); the divisor still uses the full n. For large n.
     * `fixed`: h = `value`.
@@ -66,3 +74,10 @@ class KernelOptions(StrictModel):
     imq_beta: float = Field(default=-0.5, lt=0, ge=-10)
     backend: Literal["auto", "dense", "chunked", "triton", "keops"] = "auto"
     precision: Literal["ieee", "tf32", "bf16"] = "ieee"
+
+
+def exact_median_rule(options: BandwidthOptions) -> bool:
+    """Whether the rule takes the exact median over all the points it is given (`median`, `scaled`, or a
+    `running_average` of either): all n² distances in memory, so at most EXACT_MAX_N points."""
+    name = options.average_of if options.rule == "running_average" else options.rule
+    return name in ("median", "scaled")

@@ -76,3 +76,50 @@ def test_fingerprint_is_canonical() -> None:
     b = validate_job_spec({"seed": 1, **GOOD}).model_dump(mode="json")
     assert spec_fingerprint(a) == spec_fingerprint(b)
     assert spec_fingerprint(a) != spec_fingerprint(validate_job_spec(spec(seed=2)).model_dump(mode="json"))
+
+
+GAUSSIAN_2D = {"kind": "gaussian", "mean": [0.0, 0.0], "cov": [[1.0, 0.0], [0.0, 1.0]]}
+
+
+@pytest.mark.parametrize(("method", "n", "options", "refused"), [
+    ("svgd", 11_585, {}, False),  # 11,585² < 2²⁷ distances: the largest exact median
+    ("svgd", 11_586, {}, True),
+    ("svgd", 50_000, {"kernel": {"bandwidth": {"rule": "median_subsampled"}}}, False),
+    ("gfsf", 20_000, {"kernel": {"bandwidth": {"rule": "running_average"}}}, True),  # of the exact median
+    ("svgd_subset", 50_000, {}, False),  # the cross median over n × m pairs
+    ("svgd_subset", 50_000, {"bandwidth": {"source": "kernel"}}, True),
+])
+def test_an_exact_median_over_too_many_particles_is_refused_at_submit(method: str, n: int, options: dict,
+                                                                      refused: bool) -> None:
+    """Before, such a job was accepted and the worker failed it mid-run with `internal_error`."""
+    spec = {"method": method, "target": GAUSSIAN_2D, "num_particles": n, "options": options}
+    if not refused:
+        validate_job_spec(spec)
+        return
+    with pytest.raises(errors.MethodOptionsInvalid, match="exact median of all n² pairwise distances") as caught:
+        validate_job_spec(spec)
+    assert caught.value.loc == ("options", "kernel", "bandwidth", "rule")
+
+
+def test_the_memory_estimate_counts_the_exact_medians_distances() -> None:
+    from inference_core.catalog import METHODS
+    from inference_core.memory import EXACT_MEDIAN_COPIES, job_memory_bytes
+
+    def estimate(options: dict) -> int:
+        return job_memory_bytes("svgd", "particle", METHODS["svgd"].schema.model_validate(options), 10_000, 2)
+
+    exact, subsampled = estimate({}), estimate({"kernel": {"bandwidth": {"rule": "median_subsampled"}}})
+    assert exact - subsampled == EXACT_MEDIAN_COPIES * 10_000**2 * 4  # float32 distances, sorted on a GPU
+
+
+def test_a_data_set_target_gets_the_exact_median_check_once_its_dimension_is_known() -> None:
+    """For a target over an uploaded data set validate_job_spec cannot size the job; the service calls
+    check_job_memory with the data set's dimension, which refuses the exact median too (after the memory cap)."""
+    from inference_core.spec import check_job_memory
+
+    bnn = {"kind": "bnn", "dataset": "ds_" + "0" * 32, "hidden": [4]}
+    spec = validate_job_spec({"method": "svgd", "target": bnn, "num_particles": 12_000})
+    with pytest.raises(errors.MethodOptionsInvalid, match="refused beyond 11,585 particles"):
+        check_job_memory(spec, 41, Limits())
+    with pytest.raises(errors.LimitExceeded, match="memory estimate"):
+        check_job_memory(spec, 10**6, Limits(max_job_memory_bytes=8 * 1024**3))

@@ -71,7 +71,8 @@ import torch
 from torch import Tensor
 
 from inference_core import errors
-from inference_core.kernels import bandwidth_rule_from_options, kernel_from_options
+from inference_core.kernels import kernel_from_options
+from inference_core.kernels.bandwidth import AUTO_EXACT_MAX_N, MedianRule, ScaledRule
 from inference_core.methods.auto.chains import LatentChains
 from inference_core.methods.auto.herding import kernel_herding
 from inference_core.methods.auto.pathfinder import PathfinderResult, importance_check, pathfinder
@@ -91,6 +92,13 @@ from inference_core.targets.whitened import WhitenedTarget
 #: Largest dimension `auto` takes: Pathfinder forms dense d×d Hessians (2d gradient rows each) and the whitening
 #: a dense root; beyond this (BNN weights) use the function-space or generative methods (docs/method-choice.md).
 MAX_DIM = 2000
+
+
+def scaled_median_rule(factor: float, ensemble_size: int) -> ScaledRule:
+    """factor × the median of the squared distances: exact up to AUTO_EXACT_MAX_N particles (4,096), over a fixed
+    seeded subset of 2,048 beyond (the exact one holds all n² distances, refused beyond 11,585, and an ensemble
+    is `oversample` × num_particles)."""
+    return ScaledRule(factor, MedianRule(divisor="none", subsampled=ensemble_size > AUTO_EXACT_MAX_N))
 
 
 def bandwidth_factor(options: AutoOptions, dim: int) -> float:
@@ -195,7 +203,7 @@ class Auto(Method):
         self.sent_back = 0  # particles sent back into the support, in all (their rows count in `grad_evals`)
         self.kernel_options = KernelOptions(bandwidth=BandwidthOptions(
             rule="scaled", divisor="none", factor=bandwidth_factor(options, d)))
-        self.bandwidth_rule = bandwidth_rule_from_options(self.kernel_options.bandwidth)
+        self.bandwidth_rule = scaled_median_rule(self.kernel_options.bandwidth.factor, self.ensemble_size)
         self.pathfinder_evals = found.grad_evals
         self.checked: dict[int, Tensor] = {}  # step → [2, d] (mean, log sd) of the particles at each check
         self.converged_step: int | None = None
@@ -313,7 +321,7 @@ class Auto(Method):
         # a velocity moves with the linear part of the new whitening only; `before` with the whole map
         self.velocity = torch.linalg.solve_triangular(chol, self.velocity.double().T, upper=False).T.to(self.u)
         self.before = self.u.detach().clone() if self.before is not None else None
-        self.bandwidth_rule = bandwidth_rule_from_options(self.kernel_options.bandwidth)
+        self.bandwidth_rule = scaled_median_rule(self.kernel_options.bandwidth.factor, self.ensemble_size)
 
     def _check_convergence(self, metrics: dict[str, float]) -> None:
         """At steps t = check_every·2^k and 1.5·check_every·2^k, compare the moments with those at t/2."""

@@ -240,3 +240,19 @@ def test_a_gaussian_that_misses_a_tail_oversamples_where_the_paths_agree() -> No
     per_transition = reference["grad_evals"] / (settings["options"]["chains"] * settings["steps"])
     nuts = 4 * 2000 * per_transition
     assert result.final_metrics["grad_evals"] < nuts, (result.final_metrics["grad_evals"], nuts)
+
+
+def test_auto_takes_a_subsampled_median_for_a_large_ensemble() -> None:
+    """An ensemble is `oversample` × num_particles: beyond 4,096 particles the exact median (n² distances,
+    refused beyond 11,585) gives way to one over a fixed subset of 2,048, within a few % of it here (numpy's
+    exact median over all distinct pairs as the reference)."""
+    from inference_core.methods.auto.method import scaled_median_rule
+
+    small, large = scaled_median_rule(2.0, 300), scaled_median_rule(2.0, 5000)
+    assert small.base.method == "exact" and large.base.method == "subsample"
+    x = torch.randn(5000, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    rows, cols = np.triu_indices(5000, k=1)
+    xn = x.numpy()
+    exact = float(np.median(((xn[rows] - xn[cols]) ** 2).sum(-1)))
+    assert abs(float(large(x)) / (2.0 * exact) - 1) < 0.05
+    assert float(small(x[:300])) > 0
