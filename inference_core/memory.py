@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from inference_core.schemas.kernels import EXACT_MAX_N
+from inference_core.schemas.kernels import EXACT_MAX_N, exact_median_over_particles
 
 #: Bytes per number of each dtype option (methods without one compute in float32).
 ITEMSIZE = {"float32": 4, "float64": 8}
@@ -70,11 +70,7 @@ def _generative_bytes(method: str, options: Any, n: int, d: int, itemsize: int) 
 def _exact_median_bytes(options: Any, n: int, itemsize: int) -> int:
     """What an exact median over all n particles holds; nothing beyond EXACT_MAX_N (11,585) particles, where such
     a spec is refused (spec.validate_job_spec, after the memory check), so the term stays under about 2 GiB."""
-    bandwidth = getattr(getattr(options, "kernel", None), "bandwidth", None)
-    if bandwidth is None or getattr(getattr(options, "bandwidth", None), "source", "kernel") == "cross_median":
-        return 0
-    rule = bandwidth.average_of if bandwidth.rule == "running_average" else bandwidth.rule
-    exact = rule in ("median", "scaled") and n <= EXACT_MAX_N
+    exact = n <= EXACT_MAX_N and exact_median_over_particles(options)
     return EXACT_MEDIAN_COPIES * n * n * itemsize if exact else 0
 
 

@@ -18,7 +18,7 @@ from inference_core import errors
 from inference_core.catalog import METHODS, TARGET_KINDS, Method
 from inference_core.memory import format_bytes, job_memory_bytes
 from inference_core.schemas.common import StrictModel, find_nonfinite
-from inference_core.schemas.kernels import EXACT_MAX_N, KernelOptions, exact_median_rule
+from inference_core.schemas.kernels import EXACT_MAX_N, exact_median_over_particles
 
 
 @dataclass(frozen=True)
@@ -168,14 +168,9 @@ def _check_exact_median(options: Any, num_particles: int) -> None:
     """A kernel bandwidth by the exact median over all particles (`kernel.bandwidth`, unless a speed-up method
     takes its cross median instead) holds their n² distances: refused beyond EXACT_MAX_N particles at submit,
     not by the worker mid-run."""
-    kernel = getattr(options, "kernel", None)
-    if not isinstance(kernel, KernelOptions) or num_particles <= EXACT_MAX_N:
-        return
-    if getattr(getattr(options, "bandwidth", None), "source", "kernel") == "cross_median":
-        return
-    if exact_median_rule(kernel.bandwidth):
+    if num_particles > EXACT_MAX_N and exact_median_over_particles(options):
         raise errors.MethodOptionsInvalid(
-            f"the bandwidth rule {kernel.bandwidth.rule!r} takes the exact median of all n² pairwise distances, "
+            f"the bandwidth rule {options.kernel.bandwidth.rule!r} takes the exact median of all n² pairwise distances, "
             f"which is refused beyond {EXACT_MAX_N:,} particles ({num_particles:,} asked for): use rule "
             "'median_subsampled' (the median over a fixed subset), or fewer particles",
             loc=("options", "kernel", "bandwidth", "rule"))

@@ -76,8 +76,14 @@ class KernelOptions(StrictModel):
     precision: Literal["ieee", "tf32", "bf16"] = "ieee"
 
 
-def exact_median_rule(options: BandwidthOptions) -> bool:
-    """Whether the rule takes the exact median over all the points it is given (`median`, `scaled`, or a
-    `running_average` of either): all n² distances in memory, so at most EXACT_MAX_N points."""
-    name = options.average_of if options.rule == "running_average" else options.rule
-    return name in ("median", "scaled")
+def exact_median_over_particles(options: object) -> bool:
+    """Whether a method's options (any schema) make it take the exact median over all its particles: a `kernel`
+    whose bandwidth rule is `median`, `scaled` or a `running_average` of either, unless a speed-up method takes
+    its cross median instead (`bandwidth.source`). All n² distances in memory, so at most EXACT_MAX_N particles."""
+    kernel = getattr(options, "kernel", None)
+    if not isinstance(kernel, KernelOptions):
+        return False
+    if getattr(getattr(options, "bandwidth", None), "source", "kernel") == "cross_median":
+        return False
+    bandwidth = kernel.bandwidth
+    return (bandwidth.average_of if bandwidth.rule == "running_average" else bandwidth.rule) in ("median", "scaled")
