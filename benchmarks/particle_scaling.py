@@ -43,7 +43,7 @@ GPU_SECTION = "Particle methods: time per step (GPU)"
 DOC = ROOT / "docs" / "benchmarks.md"
 GRID = [100, 300, 1000, 3000, 10_000, 30_000, 100_000]
 # (label, method, extra options, largest n): the exact-interaction methods' exact median over n² distances
-# is refused beyond 1e4 particles (kernels.bandwidth), on any device
+# is refused beyond 11,585 particles (spec.validate_job_spec), on any device
 CASES: list[tuple[str, str, dict[str, Any], int]] = [
     ("svgd", "svgd", {}, 10_000),
     ("gfsf", "gfsf", {}, 10_000),
@@ -133,7 +133,7 @@ def main() -> None:
         "`gfsf`: exact median heuristic over all n² distances, which is part of the step; `gfsf`: float64 "
         "Cholesky solve); speed-ups with m = 50; `ksd`: critic 100-100, 2 critic updates per step. "
         "Slope: least-squares slope of log t against log n over n ≥ 1000 (1 = linear, 2 = quadratic). "
-        + ("— : not run (the exact median heuristic is refused beyond 1e4 particles)." if cuda else
+        + ("— : not run (the CPU table's grid: the exact median is refused beyond 11,585 particles)." if cuda else
            "— : not run (exact-interaction methods stop at 1e4 on 2 cores); the GPU table is the next section."),
         "",
         "| method | " + " | ".join(f"n={n:,}" for n in grid) + " | slope (n ≥ 1000) |",

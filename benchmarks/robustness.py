@@ -43,6 +43,8 @@ RESULTS = ROOT / "benchmarks" / "results" / "robustness.json"
 DOC = ROOT / "docs" / "benchmarks.md"
 SECTION = "Robustness suite (issue 14)"
 DEFAULT_METHODS = ["auto", "svgd", "gpvi", "nuts"]
+
+
 def load_results(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text()) if path.exists() else {"runs": {}}
 
