@@ -71,6 +71,13 @@ class Method:
     def particles(self) -> Tensor:
         raise NotImplementedError
 
+    def diagnostic_coordinates(self) -> tuple[Tensor, Target, str]:
+        """(draws, the density they are checked against, the coordinates' name) for the quality block's checks of
+        the draws against the target (metrics.quality): the particles and the target itself. A method that moves
+        its particles through an invertible transport (`auto`) returns them where they move, with the target
+        pulled back there: the same hypothesis, tested where the posterior is close to Gaussian."""
+        return self.particles(), self.target, "target"
+
     def sampler(self) -> Any | None:
         return None
 

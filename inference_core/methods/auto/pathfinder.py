@@ -98,6 +98,9 @@ class PathfinderResult:
     path_ends: Tensor  # [starts, d] the last L-BFGS point of each path
     grad_evals: int
     iterations: list[int] = field(default_factory=list)
+    #: per path: did it end at a mode (its gain fell below `tol`, or no step gained), or was log p still rising
+    #: when its iterations ran out (a funnel's neck, where the density grows without a mode nearby)
+    settled: list[bool] = field(default_factory=list)
 
     def start_disagreement(self, sd: Tensor | None = None) -> float:
         """Largest |mean_a − mean_b| of the paths' chosen Gaussians over coordinates and pairs of paths, in units
@@ -128,10 +131,11 @@ def finite_start(density: DensityCounter, draw: callable, retries: int) -> Tenso
 
 
 def lbfgs_path(density: DensityCounter, x0: Tensor, max_iters: int, history: int,
-               tol: float) -> tuple[list[Tensor], list[Tensor], list[float]]:
+               tol: float) -> tuple[list[Tensor], list[Tensor], list[float], bool]:
     """Points, gradients and log-densities along an L-BFGS ascent of log p from x0 (Nocedal & Wright 2006,
-    Alg. 7.4-7.5, two-loop recursion; a backtracking Armijo search). Stops at `max_iters`, when the relative
-    gain of log p falls below `tol`, or when no step along the direction increases log p.
+    Alg. 7.4-7.5, two-loop recursion; a backtracking Armijo search), and whether the path settled. Stops at
+    `max_iters` (not settled: log p was still rising, as down a funnel's neck), when the relative gain of log p
+    falls below `tol`, or when no step along the direction increases log p (both settled: a mode, to precision).
 
     The search starts from the unit step, or from twice the last accepted one where that was below 1/2: in a
     funnel's neck the curvature changes faster than the pairs follow, and every unit step was halved about 11
@@ -151,7 +155,7 @@ def lbfgs_path(density: DensityCounter, x0: Tensor, max_iters: int, history: int
         first = min(1.0, 2 * last_step) if s_hist else 1.0 / max(float(g.norm()), 1e-12)
         found = armijo_step(density, x, lps[-1], g, direction, first)
         if found is None:
-            break
+            return xs, grads, lps, True
         candidate, value, new_grad, step = found
         last_step = step if s_hist else 1.0
         s, y = candidate - x, g - new_grad  # y for −log p
@@ -162,32 +166,34 @@ def lbfgs_path(density: DensityCounter, x0: Tensor, max_iters: int, history: int
         grads.append(new_grad)
         lps.append(value)
         if gain <= tol * max(1.0, abs(value)):
-            break
-    return xs, grads, lps
+            return xs, grads, lps, True
+    return xs, grads, lps, False
 
 
 def newton_refine(density: DensityCounter, x: Tensor, lp: float, grad: Tensor, steps: int,
-                  tol: float) -> tuple[list[Tensor], list[Tensor]]:
+                  tol: float) -> tuple[list[Tensor], list[Tensor], bool]:
     """Points and gradients of up to `steps` saddle-free Newton steps x ← x + Σ∇log p (Σ of `local_gaussian`,
-    from a finite-difference Hessian) after (x, log p, ∇log p), each with a backtracking Armijo search; stops
-    early like `lbfgs_path` (relative gain below `tol`, no ascent, or a non-finite Hessian)."""
+    from a finite-difference Hessian) after (x, log p, ∇log p), each with a backtracking Armijo search, and
+    whether they settled; stops early like `lbfgs_path` (relative gain below `tol` or no ascent: settled; a
+    non-finite Hessian, where nothing can be told, counts as settled too, so that `starts_disagree` still looks
+    at the path). Not settled: every step still gained."""
     xs: list[Tensor] = []
     grads: list[Tensor] = []
     for _ in range(steps):
         hessian = finite_difference_hessian(density, x)
         if not bool(torch.isfinite(hessian).all()):
-            break
+            return xs, grads, True
         mean, _, _ = local_gaussian(x, grad, hessian)
         found = armijo_step(density, x, lp, grad, mean - x, 1.0)
         if found is None:
-            break
+            return xs, grads, True
         x, value, grad, _ = found
         xs.append(x)
         grads.append(grad)
         gain, lp = value - lp, value
         if gain <= tol * max(1.0, abs(value)):
-            break
-    return xs, grads
+            return xs, grads, True
+    return xs, grads, False
 
 
 def armijo_step(density: DensityCounter, x: Tensor, lp: float, grad: Tensor, direction: Tensor,
@@ -274,14 +280,15 @@ def pathfinder(target: Target, *, starts: int, start_scale: float, max_iters: in
     density = DensityCounter(target, dtype=dtype, device=device)
     d = int(target.dim)
     eps = torch.randn(elbo_draws, d, generator=generator, dtype=torch.float64)
-    per_start, ends, iterations = [], [], []
+    per_start, ends, iterations, settles = [], [], [], []
     for start in range(starts):
         x0 = finite_start(density, lambda _: start_scale * torch.randn(d, generator=generator, dtype=torch.float64),
                           start_retries)
-        xs, grads, lps = lbfgs_path(density, x0, max_iters, history, tol)
-        more_xs, more_grads = newton_refine(density, xs[-1], lps[-1], grads[-1], newton_steps, tol)
+        xs, grads, lps, settled = lbfgs_path(density, x0, max_iters, history, tol)
+        more_xs, more_grads, refined = newton_refine(density, xs[-1], lps[-1], grads[-1], newton_steps, tol)
         xs, grads = xs + more_xs, grads + more_grads
         iterations.append(len(xs) - 1)
+        settles.append(refined if newton_steps else settled)
         ends.append(xs[-1])
         count = min(max_candidates, len(xs))
         picks = sorted({round(i * (len(xs) - 1) / max(count - 1, 1)) for i in range(count)})
@@ -298,7 +305,7 @@ def pathfinder(target: Target, *, starts: int, start_scale: float, max_iters: in
             best = Gaussian(xs[-1], torch.eye(d, dtype=torch.float64), 0.0, -math.inf, start, len(xs) - 1)
         per_start.append(best)
     overall = max(per_start, key=lambda g: g.elbo)
-    return PathfinderResult(overall, per_start, torch.stack(ends), density.evals, iterations)
+    return PathfinderResult(overall, per_start, torch.stack(ends), density.evals, iterations, settles)
 
 
 #: draws evaluated at once by `importance_check` (no more than the particles SVGD moves a step)

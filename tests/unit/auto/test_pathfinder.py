@@ -47,8 +47,9 @@ def rotated(d: int, seed: int = 0, span: float = 2.0) -> Gaussian:
 def test_lbfgs_reaches_the_mode_of_a_badly_scaled_gaussian() -> None:
     target = rotated(8, span=1.5)
     density = DensityCounter(target)
-    xs, grads, lps = lbfgs_path(density, torch.zeros(8, dtype=torch.float64), max_iters=2000, history=6, tol=1e-14)
-    assert lps == sorted(lps)  # an ascent
+    xs, grads, lps, settled = lbfgs_path(density, torch.zeros(8, dtype=torch.float64), max_iters=2000, history=6,
+                                        tol=1e-14)
+    assert lps == sorted(lps) and settled  # an ascent, to the mode
     sd = target.cov.diagonal().sqrt()
     assert float(((xs[-1] - target.mean) / sd).abs().max()) < 1e-3
     assert density.evals >= len(xs)
@@ -83,6 +84,40 @@ def test_pathfinder_picks_the_target_and_its_elbo_is_log_z() -> None:
     assert abs(best.elbo - log_z) < 1e-3  # q = p exactly: log p − log q is the constant log Z at every draw
     assert found.start_disagreement() < 1e-2
     assert found.grad_evals > 0
+    assert found.settled == [True, True, True]  # every path ended at the mode
+
+
+class Funnel(Target):
+    """Neal's funnel in d dimensions: v ~ N(0, 3²), x_i | v ~ N(0, e^v). log p rises without a nearby mode down the
+    neck (v → −∞ with x → 0; its mode is at v = −9(d − 1)/2, 40 sds out at d = 10)."""
+
+    def __init__(self, dim: int):
+        self.dim = dim
+
+    def log_prob(self, x, batch=None):
+        v, rest = x[:, 0], x[:, 1:]
+        return -v.square() / 18 - 0.5 * (self.dim - 1) * v - 0.5 * (rest.square() * torch.exp(-v[:, None])).sum(-1)
+
+
+def test_paths_down_a_funnel_s_neck_do_not_settle() -> None:
+    """The paths' `settled` flags tell a mode from a neck (`auto`'s `starts_disagree` looks only at settled paths):
+    down the funnel's neck every L-BFGS and Newton step still gains, so no path settles; two unit Gaussians 12 apart,
+    each path settles at its mode."""
+    found = pathfinder(Funnel(10), starts=3, start_scale=2.0, max_iters=300, history=6, tol=1e-9, max_candidates=5,
+                       elbo_draws=32, newton_steps=10, generator=torch.Generator().manual_seed(0))
+    assert found.settled == [False, False, False] and found.iterations == [310, 310, 310], found.iterations
+
+    class TwoModes(Target):
+        dim = 4
+
+        def log_prob(self, x, batch=None):
+            shifted = torch.tensor([6.0, 0.0, 0.0, 0.0], dtype=x.dtype)
+            return torch.logaddexp(-0.5 * (x - shifted).square().sum(-1), -0.5 * (x + shifted).square().sum(-1))
+
+    found = pathfinder(TwoModes(), starts=4, start_scale=4.0, max_iters=300, history=6, tol=1e-9, max_candidates=5,
+                       elbo_draws=32, newton_steps=10, generator=torch.Generator().manual_seed(0))
+    assert found.settled == [True] * 4 and max(found.iterations) < 50, found.iterations
+    assert found.start_disagreement() > 10  # both modes were found
 
 
 def test_no_finite_start_names_the_bad_coordinates() -> None:
