@@ -23,7 +23,8 @@ General to every method whose draws live in the target's space (particles, or a 
 The three checks run where `method.diagnostic_coordinates()` puts the draws (`checked_in`): the target's own
 coordinates, or for `auto` those its particles move in, the target pulled back through its whitening and flow
 (log p_z = log p(T(z)) + log|det ∂T/∂z|, an exact change of variables, so the draws fit p_z exactly when they fit
-p). The Stein ratio and the stranded gaps are the same in any affine coordinates; through a flow they are not, and
+p). The Stein ratio's rms and the stranded gaps are the same in any affine coordinates (the per-direction ratios
+are taken in a rotated basis); through a flow they are not, and
 the latent ones are the calibrated ones where the flow makes the posterior near-Gaussian. Measured on the 11 runs
 of the funnel (seeds 0-5) and centred eight schools (seeds 0, 1, 3-5) within issue 14's bars: in x 29-90 of 100
 draws were "stranded" (Δ up to 67 nats: a funnel's log p falls 4.5 nats per unit of v, so exact draws spread over
