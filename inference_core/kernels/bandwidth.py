@@ -3,8 +3,9 @@ average (docs/implementation-notes.md, "Median heuristic"). Each rule is a small
 a detached 0-dim tensor in X's dtype and device, plus `state_dict()`/`load_state_dict()` for checkpoints.
 
 Median convention (numpy's): the median of an even count is the mean of the two middle order statistics.
-Selection is O(N) (numpy's introselect on CPU, `kthvalue` elsewhere); never a full sort and never
-`torch.quantile`, which sorts everything and refuses more than 2^24 elements on older torch.
+Selection: O(N) on CPU (numpy's introselect); one radix sort on GPUs, where `torch.kthvalue` over one long
+slice is ~150× slower (measured on an H100, docs/benchmarks.md); never `torch.quantile`, which refuses more
+than 2^24 elements on older torch.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ def _median_by_sort(values: Tensor, lo: int, hi: int) -> float:
     """Mean of the order statistics lo and hi of `values` by one full sort: on a GPU a radix sort of 10⁸ values
     takes tens of ms, while `torch.kthvalue` over one slice that long runs in a single block (pytorch/pytorch
     #75599: 0.68 s against sort's 0.03 s for 10⁸ floats); two such calls took 1.4 s a step at n = 10⁴ particles
-    on an H100 (docs/benchmarks.md). Memory: the sorted copy and its int64 indices, 3× the input's."""
+    on an H100, the sort 9 ms (docs/benchmarks.md). Memory: the sorted copy and its int64 indices, 3× the input's."""
     ordered = torch.sort(values.reshape(-1)).values
     pair = ordered[[lo, hi]].double().cpu()
     return 0.5 * float(pair.sum())
