@@ -55,7 +55,9 @@ class JobSpec(StrictModel):
     num_particles: int = Field(default=100, ge=1)
     steps: int = Field(default=1000, ge=1)
     seed: int = Field(default=0, ge=0, lt=2**63)
-    device: Literal["auto", "cpu", "cuda"] = "auto"
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        default="auto", description="auto: the worker's GPU where it has one, but a job without a data set of at most 100 "
+        "particles in d <= 32 on the CPU, where it runs faster (inference_core.training.prefers_cpu)")
     options: dict[str, Any] = Field(default_factory=dict)
     eval: EvalSpec = Field(default_factory=EvalSpec)
     name: str | None = Field(default=None, max_length=200)

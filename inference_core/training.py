@@ -21,7 +21,7 @@ from inference_core.methods.base import DTYPES, Method
 from inference_core.metrics.evaluation import Evaluator
 from inference_core.metrics.heldout import heldout_metrics
 from inference_core.metrics.quality import quality_report
-from inference_core.spec import EvalSpec, JobSpec, Limits, validate_job_spec
+from inference_core.spec import EvalSpec, JobSpec, Limits, parse_target_spec, validate_job_spec
 from inference_core.targets import BuildContext, build_target
 from inference_core.targets.counting import EvaluationCounter
 
@@ -69,10 +69,33 @@ def checkpoint_state(method: Method, evaluations_spent: int) -> dict[str, Any]:
     return {**method.state_dict(), EVALUATIONS_KEY: int(evaluations_spent)}
 
 
-def resolve_device(name: str) -> torch.device:
-    if name == "cuda" or (name == "auto" and torch.cuda.is_available()):
-        if not torch.cuda.is_available():
-            raise errors.DeviceUnavailable("device 'cuda' was asked for but no CUDA device is available")
+#: `device: "auto"` keeps a job this small on the CPU where there is a GPU too: no data set, at most this many
+#: particles (the default; a generative method's batch; `auto` may move 3× as many), dimension at most this. Measured on a lent H100 (2026-11-26,
+#: docs/benchmarks.md, "The inference core on CUDA"): the suite's jobs (100 particles, d ≤ 31; `auto`'s 300-particle
+#: ensembles and flow fits included) ran 2-3.4× slower on the GPU than on the same machine's 16 CPU cores, 1-2.6×
+#: slower than on 2 cores elsewhere; an svgd step at d = 10 took about as long on both at 300 particles (1.87 ms
+#: against 1.58 ms on 2 cores) and was 18× faster on the GPU at 1,000.
+CPU_PREFERRED_MAX_PARTICLES = 100
+CPU_PREFERRED_MAX_DIM = 32
+
+
+def prefers_cpu(spec: JobSpec) -> bool:
+    """A job a GPU would run slower than the CPU: a chain of small kernels (CPU_PREFERRED_MAX_PARTICLES). Targets
+    over a data set (BNNs, regressions on an uploaded table) and targets whose dimension the spec does not give
+    stay on the GPU."""
+    if "dataset" in spec.target or spec.num_particles > CPU_PREFERRED_MAX_PARTICLES:
+        return False
+    dim = getattr(parse_target_spec(spec.target), "dim", None)
+    return isinstance(dim, int) and dim <= CPU_PREFERRED_MAX_DIM
+
+
+def resolve_device(spec: JobSpec, cuda_available: bool | None = None) -> torch.device:
+    """The job's device: `cuda` (DeviceUnavailable without one), `cpu`, or for `auto` the GPU where there is one,
+    unless the job is small enough to run faster on the CPU (`prefers_cpu`)."""
+    available = torch.cuda.is_available() if cuda_available is None else cuda_available
+    if spec.device == "cuda" and not available:
+        raise errors.DeviceUnavailable("device 'cuda' was asked for but no CUDA device is available")
+    if spec.device == "cuda" or (spec.device == "auto" and available and not prefers_cpu(spec)):
         return torch.device("cuda")
     return torch.device("cpu")
 
@@ -81,7 +104,7 @@ def build_method(spec: JobSpec, context: BuildContext | None = None, counted: bo
     """Validated spec → target + method: non-finite starting particles redrawn (`methods.start`), then the
     fail-fast finiteness check. With `counted`, (method, EvaluationCounter) counting the target evaluations
     from before the method is built (Pathfinder's count in)."""
-    device = resolve_device(spec.device)
+    device = resolve_device(spec)
     method_info = METHODS[spec.method]
     options = method_info.schema.model_validate(spec.options)
     dtype = DTYPES[getattr(options, "dtype", "float32")]
