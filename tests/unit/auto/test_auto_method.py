@@ -188,6 +188,58 @@ def test_two_modes_that_the_particles_do_not_bridge_are_flagged() -> None:
     assert quality["verdict"] == "unreliable" and not quality["trustworthy"]
 
 
+def unequal_mixture(d: int = 10, gap: float = 5.0, light: float = 0.3) -> tuple[dict, np.ndarray, np.ndarray]:
+    """light·N(m₁, I) + (1 − light)·N(m₂, I), |m₂ − m₁| = gap along a random direction, written as users write
+    it; its mean and marginal sds in closed form."""
+    rng = np.random.default_rng(0)
+    direction = rng.standard_normal(d)
+    direction /= np.linalg.norm(direction)
+    m1 = rng.standard_normal(d)
+    m2 = m1 + gap * direction
+    target = {"kind": "expression", "dim": d, "params": {"m1": m1.tolist(), "m2": m2.tolist()},
+              "log_prob": f"logaddexp(log({light}) + sum(log_normal(x, m1, 1)), "
+                          f"log({1 - light}) + sum(log_normal(x, m2, 1)))"}
+    cov = np.eye(d) + light * (1 - light) * gap ** 2 * np.outer(direction, direction)
+    return target, light * m1 + (1 - light) * m2, np.sqrt(np.diag(cov))
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_separated_modes_get_their_share_of_the_particles(seed: int) -> None:
+    """Two modes 5 sds apart with masses 0.3 / 0.7 (d = 10). Pathfinder's paths settle in both; SVGD cannot move
+    mass between them, so the share each mode starts with is what it keeps. Started all at the best path's
+    Gaussian, 98 % of the particles ended in the heavier mode (both seeds), the means 0.5 sds off, and every
+    check said `good`; started in the modes' ELBO masses (`modes.py`), the run meets the bars."""
+    target, mean, sd = unequal_mixture()
+    result = run({"method": "auto", "seed": seed, "steps": 3000, "target": target})
+    mean_error, sd_error = errors_against(result.particles.double().numpy(), mean, sd)
+    assert mean_error <= MEAN_BAR and sd_error <= SD_BAR, (mean_error, sd_error)
+    quality = result.quality
+    np.testing.assert_allclose(sorted(quality["mode_weights"]), [0.3, 0.7], atol=0.05)  # the ELBOs' masses
+    np.testing.assert_allclose(quality["mode_shares"], quality["mode_weights"], atol=0.1)
+    assert quality["verdict"] == "good", quality
+
+
+def test_particles_split_unlike_the_modes_masses_are_flagged() -> None:
+    """The failure above, made on purpose: every particle moved into the heavier mode. The Stein ratio and the KSD
+    test cannot see mode weights; `mode_weights` must, and the job must not be called `good`."""
+    from inference_core.metrics.quality import quality_report
+
+    target, _, _ = unequal_mixture()
+    result = run({"method": "auto", "seed": 0, "steps": 3000, "target": target})
+    method = result.method
+    heavier = int(np.argmax(result.quality["mode_weights"]))
+    gaussian = method.modes.gaussians[heavier]
+    x = gaussian.mean + torch.randn(method.u.shape[0], 10, dtype=torch.float64,
+                                    generator=torch.Generator().manual_seed(0)) @ gaussian.root.T
+    view = method.view
+    with torch.no_grad():  # into the coordinates the particles move in
+        method.u.copy_(torch.linalg.solve(view.root.double(), (x - view.shift.double()).T).T.to(method.u))
+    quality = quality_report(method, result.final_metrics)
+    assert "mode_weights" in [w["code"] for w in quality["warnings"]], quality
+    assert quality["mode_shares"][heavier] > 0.95  # (Gaussian draws of one mode nearer the other: a few)
+    assert quality["verdict"] == "unreliable" and not quality["trustworthy"]
+
+
 def test_oversampling_fixes_a_hierarchical_scale_that_100_particles_leave_biased() -> None:
     """Non-centred eight schools, seed 1 (the suite's NUTS reference): with 100 particles SVGD's fixed point leaves
     log τ's sd 0.29 too wide (log units); Pathfinder's paths disagree by 3.05 of its sds (> oversample_above), so
