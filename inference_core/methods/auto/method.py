@@ -40,7 +40,9 @@
    (point 7, whatever the transport) as hierarchical scales need.
 
 7. Oversampling (`oversample`, `herding.py`): where Pathfinder's paths disagree by more than `oversample_above`
-   (0.5 of its sds), its Gaussian misses a tail (k̂ above `oversample_khat_above`, 0.7) or mass (point 6), SVGD moves `oversample` (3) × num_particles particles,
+   (0.5 of its sds), its Gaussian misses a tail (k̂ above `oversample_khat_above`, 0.7) or mass (point 6), or
+   num_particles is below 1.25 × d (n ≤ d particles are flat in some direction: at d = 100 their sds collapsed by
+   e^−0.19), SVGD moves `oversample` (3) × num_particles particles,
    and the job returns num_particles of them chosen by kernel herding. 100 particles leave a hierarchical scale
    biased at SVGD's fixed point (non-centred eight schools: log τ's sd up to 0.3 too wide, a few particles stuck
    at large τ); 300 do not, and the herded 100 keep their moments, where a random 100 do not
@@ -133,6 +135,9 @@ FLOW_LR = 0.2
 PATH_OUTSIDE_LEVEL = 1e-3
 
 
+#: `oversample` applies where num_particles is below this many per dimension (its option has the measurements)
+PARTICLES_PER_DIM = 1.25
+
 #: `mode_weights` fires when a mode's share of the particles is off its mass by more than 3 binomial standard errors
 #: plus this (the masses come from ELBOs, a bound that is close only where the mode's Gaussian fits)
 MODE_SHARE_SLACK = 0.1
@@ -207,8 +212,9 @@ class Auto(Method):
         else:
             disagree = found.start_disagreement() > options.oversample_above
             misses_tail = self.khat > options.oversample_khat_above
-            self.ensemble_size = (num_particles * options.oversample if disagree or misses_tail or self.misses_mass
-                                  else num_particles)
+            too_few = num_particles < PARTICLES_PER_DIM * d  # a cloud of n ≤ d points is flat in some direction
+            self.ensemble_size = (num_particles * options.oversample
+                                  if disagree or misses_tail or self.misses_mass or too_few else num_particles)
         self._herded: tuple[int, Tensor] | None = None  # (step, indices) of the last herded subset
         start = per_particle_normal(seed, self.ensemble_size, d, torch.float64)
         #: separated modes that Pathfinder's paths settled at, with their masses (point 9, `modes.py`)
