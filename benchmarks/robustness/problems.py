@@ -21,6 +21,8 @@ Sources and conventions:
   log gap (so there is one mode, not two label-swapped ones); the same density written
   stably (logaddexp + log_sigmoid) and naively as log(w e^a + (1 − w) e^b), which underflows in float32
   far from the data as written; the compiler's log-sum-exp rewrite (expression/stabilize.py) keeps it finite.
+- mixture_unequal_10, student_t_20, rotated_gaussian_100 (added 2026-11-26, closed form): separated modes of
+  unequal mass, heavy tails, and as many dimensions as the default 100 particles.
 """
 
 from __future__ import annotations
@@ -246,12 +248,65 @@ def mixture() -> Problem:
     return _mixture(naive=False)
 
 
+def mixture_unequal_10() -> Problem:
+    """Two separated modes with unequal masses, written the obvious way: 0.3·N(m₁, I) + 0.7·N(m₂, I) in 10-d,
+    |m₂ − m₁| = 5 along a random direction (seed 15). The density between the modes falls to e^−3.1 of theirs,
+    so particles do not cross: what each mode ends with is what it starts with."""
+    d, gap, light = 10, 5.0, 0.3
+    rng = np.random.default_rng(15)
+    direction = rng.standard_normal(d)
+    direction /= np.linalg.norm(direction)
+    m1 = rng.standard_normal(d)
+    m2 = m1 + gap * direction
+    cov = np.eye(d) + light * (1 - light) * gap**2 * np.outer(direction, direction)
+    return Problem(
+        "mixture_unequal_10", "two unit-covariance Gaussian modes 5 apart with masses 0.3 / 0.7, d=10 (seed 15)",
+        d, {"m1": _tolist(m1), "m2": _tolist(m2)},
+        f"logaddexp(log({light}) + sum(log_normal(x, m1, 1)), log({1 - light}) + sum(log_normal(x, m2, 1)))",
+        [f"x{i}" for i in range(d)],
+        closed_form={"mean": _tolist(light * m1 + (1 - light) * m2), "sd": _tolist(np.sqrt(np.diag(cov)))},
+    )
+
+
+def student_t_20() -> Problem:
+    """Heavy tails: 20 independent Student-t's with 5 degrees of freedom, scales log-uniform on 0.1..10 and
+    locations uniform on ±5 (seed 16); sd = scale·√(5/3)."""
+    d, df = 20, 5.0
+    rng = np.random.default_rng(16)
+    loc, scale = rng.uniform(-5, 5, d), 10 ** rng.uniform(-1, 1, d)
+    return Problem(
+        "student_t_20", "independent Student-t's, 5 degrees of freedom, scales 0.1..10, d=20 (seed 16)", d,
+        {"loc": _tolist(loc), "scale": _tolist(scale)}, f"sum(log_student_t(x, {df:g}, loc, scale))",
+        [f"x{i}" for i in range(d)],
+        closed_form={"mean": _tolist(loc), "sd": _tolist(scale * math.sqrt(df / (df - 2)))},
+    )
+
+
+def rotated_gaussian_100() -> Problem:
+    """d = 100, as many dimensions as the default particle count: variances log-spaced 10⁻⁴..1 (condition number
+    10⁴) under a random rotation (seed 17)."""
+    d = 100
+    rng = np.random.default_rng(17)
+    q, r = np.linalg.qr(rng.standard_normal((d, d)))
+    q = q * np.sign(np.diag(r))
+    eig = np.logspace(-4, 0, d)
+    precision = q @ np.diag(1 / eig) @ q.T
+    mean = rng.uniform(-3, 3, d)
+    return Problem(
+        "rotated_gaussian_100", "correlated Gaussian, d=100, variances log-spaced 1e-4..1 under a random rotation "
+        "(seed 17)", d, {"m": _tolist(mean), "P": _tolist((precision + precision.T) / 2)},
+        "-0.5 * dot(x - m, P @ (x - m))", [f"x{i}" for i in range(d)],
+        closed_form={"mean": _tolist(mean), "sd": _tolist(np.sqrt(np.diag(q @ np.diag(eig) @ q.T)))},
+    )
+
+
 def mixture_naive() -> Problem:
     return _mixture(naive=True)
 
 
 _BUILDERS = (funnel, ill_gaussian, rotated_gaussian, eight_schools_noncentered, eight_schools_centered,
-             diabetes_regression, breast_cancer_logistic, hierarchical_logistic, ar2, mixture, mixture_naive)
+             diabetes_regression, breast_cancer_logistic, hierarchical_logistic, ar2, mixture, mixture_naive,
+             mixture_unequal_10, student_t_20, rotated_gaussian_100)
 
 
 @cache

@@ -26,9 +26,9 @@ def log_prob(name: str, x: np.ndarray, dtype: torch.dtype = torch.float64) -> np
 
 
 def test_registry_shape() -> None:
-    assert 8 <= len(NAMES) <= 11
+    assert 8 <= len(NAMES) <= 14
     for problem in suite.problems().values():
-        assert 2 <= problem.dim <= 60
+        assert 2 <= problem.dim <= 100
         assert len(problem.param_names) == problem.dim == len(set(problem.param_names))
 
 
@@ -162,6 +162,47 @@ def test_gaussians_and_funnel_match_scipy() -> None:
     x = rng.normal(0, 1, size=(10, 10))
     want = [stats.norm(0, 3).logpdf(r[0]) + stats.norm(0, math.exp(r[0] / 2)).logpdf(r[1:]).sum() for r in x]
     np.testing.assert_allclose(log_prob("funnel", x), want, rtol=1e-10)
+
+
+def _exact_draws(name: str, n: int, rng: np.random.Generator) -> np.ndarray:
+    """Exact draws of the three problems added 2026-11-26, from their generative definitions."""
+    params = suite.get(name).params
+    if name == "mixture_unequal_10":
+        m1, m2 = np.asarray(params["m1"]), np.asarray(params["m2"])
+        heavy = rng.random(n) < 0.7
+        return np.where(heavy[:, None], m2, m1) + rng.standard_normal((n, 10))
+    if name == "student_t_20":
+        return np.asarray(params["loc"]) + np.asarray(params["scale"]) * rng.standard_t(5, size=(n, 20))
+    return rng.multivariate_normal(params["m"], np.linalg.inv(np.asarray(params["P"])), size=n)
+
+
+def test_added_problems_match_scipy() -> None:
+    rng = np.random.default_rng(7)
+    mix = suite.get("mixture_unequal_10").params
+    x = _exact_draws("mixture_unequal_10", 10, rng)
+    want = np.logaddexp(math.log(0.3) + stats.multivariate_normal(mix["m1"]).logpdf(x),
+                        math.log(0.7) + stats.multivariate_normal(mix["m2"]).logpdf(x))
+    np.testing.assert_allclose(log_prob("mixture_unequal_10", x), want, rtol=1e-10)
+    t = suite.get("student_t_20").params
+    x = _exact_draws("student_t_20", 10, rng)
+    want = stats.t(5, loc=t["loc"], scale=t["scale"]).logpdf(x).sum(-1)
+    np.testing.assert_allclose(log_prob("student_t_20", x), want, rtol=1e-10)
+    x = _exact_draws("rotated_gaussian_100", 10, rng)
+    p = suite.get("rotated_gaussian_100").params
+    got = log_prob("rotated_gaussian_100", x)
+    want = stats.multivariate_normal(p["m"], np.linalg.inv(np.asarray(p["P"]))).logpdf(x)
+    np.testing.assert_allclose(got - got[0], want - want[0], rtol=1e-7, atol=1e-7)  # written without its normaliser
+
+
+@pytest.mark.parametrize("name", ["mixture_unequal_10", "student_t_20", "rotated_gaussian_100"])
+def test_added_closed_forms_match_exact_draws(name: str) -> None:
+    """The references' means and sds against 200,000 exact draws (Monte-Carlo error well under the tolerances)."""
+    reference = load_reference(name)
+    assert reference["kind"] == "closed_form"
+    draws = _exact_draws(name, 200_000, np.random.default_rng(8))
+    sd = np.asarray(reference["sd"])
+    assert np.abs((draws.mean(0) - reference["mean"]) / sd).max() < 0.02
+    assert np.abs(np.log(draws.std(0) / sd)).max() < (0.05 if name == "student_t_20" else 0.02)
 
 
 # ---- references ---------------------------------------------------------------------------------------------
