@@ -74,7 +74,7 @@ def checkpoint_state(method: Method, evaluations_spent: int) -> dict[str, Any]:
 #: Measured on a lent H100 (2026-11-26, docs/benchmarks.md, "The inference core on CUDA"): the suite's jobs (100
 #: particles, d ≤ 31; `auto`'s 300-particle ensembles and flow fits included) ran 2-3.4× slower on the GPU than on
 #: the same machine's 16 CPU cores, 1-2.6× slower than on 2 cores elsewhere; whole 300-step svgd jobs at d = 10 took
-#: 0.74 s on the CPU against 1.08 s on the GPU at 100 particles, about as long at 300 and 5.4-18× less on the GPU
+#: 0.74 s on the CPU against 1.08 s on the GPU at 100 particles, about as long at 300 and 1.8-18× less on the GPU
 #: from 1,000 (the step timings there agree).
 CPU_PREFERRED_MAX_PARTICLES = 100
 CPU_PREFERRED_MAX_DIM = 32
