@@ -12,7 +12,8 @@ from benchmarks.robustness import problems as suite
 from benchmarks.robustness.scoring import LOG_SD_BAR, MEAN_BAR, load_reference, score
 from inference_core.training import run
 
-FAST = ["ar2", "rotated_gaussian_20", "ill_gaussian_50", "breast_cancer_logistic", "mixture", "mixture_naive"]
+FAST = ["ar2", "rotated_gaussian_20", "ill_gaussian_50", "breast_cancer_logistic", "mixture", "mixture_naive",
+        "mixture_unequal_10", "rotated_gaussian_100"]
 
 
 @pytest.mark.parametrize("name", FAST)
