@@ -14,6 +14,7 @@ the shares they end with (`mode_shares`, the `mode_weights` warning).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -47,7 +48,7 @@ def distinct_modes(found: PathfinderResult) -> Modes:
     Where a path ended, not its chosen Gaussian's mean, tells the modes apart: on a skewed posterior (non-centred
     eight schools) paths that end at the one mode choose Gaussians from different stretches of their way."""
     settled = [(g, end.double()) for g, end, ok in zip(found.per_start, found.path_ends, found.settled, strict=False)
-               if ok]
+               if ok and math.isfinite(g.elbo)]  # an ELBO of −inf (no finite draw) gives no mass to weigh
     kept: list[tuple[Gaussian, Tensor]] = []
     for gaussian, end in sorted(settled, key=lambda pair: pair[0].elbo, reverse=True):
         if all(_separated(gaussian, end, other, other_end) for other, other_end in kept):
