@@ -21,8 +21,9 @@ Sources and conventions:
   log gap (so there is one mode, not two label-swapped ones); the same density written
   stably (logaddexp + log_sigmoid) and naively as log(w e^a + (1 − w) e^b), which underflows in float32
   far from the data as written; the compiler's log-sum-exp rewrite (expression/stabilize.py) keeps it finite.
-- mixture_unequal_10, student_t_20, rotated_gaussian_100 (added 2026-11-26, closed form): separated modes of
-  unequal mass, heavy tails, and as many dimensions as the default 100 particles.
+- mixture_unequal_10, student_t_20, rotated_gaussian_100, regression_noise_31 (added 2026-11-26, closed form):
+  separated modes of unequal mass, heavy tails, as many dimensions as the default 100 particles, and a noise
+  scale estimated jointly with many coefficients (its joint mode is far from its mean).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from functools import cache
 from typing import Any
 
 import numpy as np
+import torch
 
 SCHOOLS_Y = [28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0]
 SCHOOLS_SIGMA = [15.0, 10.0, 16.0, 11.0, 9.0, 11.0, 10.0, 18.0]
@@ -282,6 +284,41 @@ def student_t_20() -> Problem:
     )
 
 
+#: the conjugate regression's prior: β | σ² ~ N(0, σ²/λ₀ I), σ² ~ InvGamma(a₀, b₀)
+REGRESSION_PRIOR = {"lambda0": 0.01, "a0": 2.0, "b0": 1.0}
+
+
+def regression_noise_31() -> Problem:
+    """A regression whose noise scale is estimated with its 30 coefficients (features scaled 10⁻² to 10², AR(1)-
+    correlated, 200 rows, seed 3), conjugate Normal-inverse-gamma, written in (β, s = log σ²) with the Jacobian:
+    β's marginal is a multivariate t with 2aₙ degrees of freedom and s = log bₙ − log Gamma(aₙ, 1), so the means
+    and sds are exact (BDA3 §14.2)."""
+    p, n = 30, 200
+    lam0, a0, b0 = REGRESSION_PRIOR["lambda0"], REGRESSION_PRIOR["a0"], REGRESSION_PRIOR["b0"]
+    rng = np.random.default_rng(3)
+    scales = 10 ** rng.uniform(-2, 2, p)
+    x = rng.standard_normal((n, p))
+    x[:, 1:] = 0.6 * x[:, :-1] + 0.8 * x[:, 1:]
+    x *= scales
+    y = x @ (rng.standard_normal(p) / scales) + 0.7 * rng.standard_normal(n)
+    precision = x.T @ x + lam0 * np.eye(p)
+    mean = np.linalg.solve(precision, x.T @ y)
+    a_n, b_n = a0 + n / 2, b0 + 0.5 * (y @ y - mean @ precision @ mean)
+    beta_cov = (2 * a_n) / (2 * a_n - 2) * (b_n / a_n) * np.linalg.inv(precision)
+    digamma, trigamma = (float(f(torch.tensor(a_n, dtype=torch.float64)))
+                         for f in (torch.special.digamma, lambda t: torch.special.polygamma(1, t)))
+    return Problem(
+        "regression_noise_31", "linear regression, 30 badly scaled correlated features, 200 rows, noise variance "
+        "unknown (conjugate Normal-inverse-gamma; coefficients and log sigma^2)", p + 1,
+        {"X": _tolist(x), "y": _tolist(y)},
+        f"sum(log_normal(y, X @ x[0:{p}], exp(0.5 * x[{p}])))"
+        f" + sum(log_normal(x[0:{p}], 0, exp(0.5 * x[{p}]) / {math.sqrt(lam0):g})) - {a0:g} * x[{p}] - {b0:g} * exp(-x[{p}])",
+        [f"beta{i}" for i in range(p)] + ["log_sigma2"],
+        closed_form={"mean": _tolist(np.append(mean, math.log(b_n) - digamma)),
+                     "sd": _tolist(np.append(np.sqrt(np.diag(beta_cov)), math.sqrt(trigamma)))},
+    )
+
+
 def rotated_gaussian_100() -> Problem:
     """d = 100, as many dimensions as the default particle count: variances log-spaced 10⁻⁴..1 (condition number
     10⁴) under a random rotation (seed 17)."""
@@ -306,7 +343,7 @@ def mixture_naive() -> Problem:
 
 _BUILDERS = (funnel, ill_gaussian, rotated_gaussian, eight_schools_noncentered, eight_schools_centered,
              diabetes_regression, breast_cancer_logistic, hierarchical_logistic, ar2, mixture, mixture_naive,
-             mixture_unequal_10, student_t_20, rotated_gaussian_100)
+             mixture_unequal_10, student_t_20, rotated_gaussian_100, regression_noise_31)
 
 
 @cache

@@ -26,7 +26,7 @@ def log_prob(name: str, x: np.ndarray, dtype: torch.dtype = torch.float64) -> np
 
 
 def test_registry_shape() -> None:
-    assert 8 <= len(NAMES) <= 14
+    assert 8 <= len(NAMES) <= 16
     for problem in suite.problems().values():
         assert 2 <= problem.dim <= 100
         assert len(problem.param_names) == problem.dim == len(set(problem.param_names))
@@ -173,6 +173,15 @@ def _exact_draws(name: str, n: int, rng: np.random.Generator) -> np.ndarray:
         return np.where(heavy[:, None], m2, m1) + rng.standard_normal((n, 10))
     if name == "student_t_20":
         return np.asarray(params["loc"]) + np.asarray(params["scale"]) * rng.standard_t(5, size=(n, 20))
+    if name == "regression_noise_31":  # σ² ~ InvGamma(aₙ, bₙ), then β | σ² ~ N(μₙ, σ² Λₙ⁻¹)
+        x, y, prior = np.asarray(params["X"]), np.asarray(params["y"]), suite.REGRESSION_PRIOR
+        precision = x.T @ x + prior["lambda0"] * np.eye(30)
+        mean = np.linalg.solve(precision, x.T @ y)
+        a_n, b_n = prior["a0"] + len(y) / 2, prior["b0"] + 0.5 * (y @ y - mean @ precision @ mean)
+        sigma2 = b_n / rng.gamma(a_n, size=n)
+        root = np.linalg.cholesky(np.linalg.inv(precision))
+        beta = mean + np.sqrt(sigma2)[:, None] * (rng.standard_normal((n, 30)) @ root.T)
+        return np.column_stack([beta, np.log(sigma2)])
     return rng.multivariate_normal(params["m"], np.linalg.inv(np.asarray(params["P"])), size=n)
 
 
@@ -194,7 +203,24 @@ def test_added_problems_match_scipy() -> None:
     np.testing.assert_allclose(got - got[0], want - want[0], rtol=1e-7, atol=1e-7)  # written without its normaliser
 
 
-@pytest.mark.parametrize("name", ["mixture_unequal_10", "student_t_20", "rotated_gaussian_100"])
+def test_regression_noise_matches_scipy() -> None:
+    """log p(β, s) with s = log σ²: the likelihood, β | σ² ~ N(0, σ²/λ₀), σ² ~ InvGamma(a₀, b₀) and the Jacobian
+    e^s, against scipy up to the constant."""
+    params, prior = suite.get("regression_noise_31").params, suite.REGRESSION_PRIOR
+    x, y = np.asarray(params["X"]), np.asarray(params["y"])
+    draws = _exact_draws("regression_noise_31", 10, np.random.default_rng(9))
+    want = []
+    for row in draws:
+        beta, sigma2 = row[:30], math.exp(row[30])
+        want.append(stats.norm(x @ beta, math.sqrt(sigma2)).logpdf(y).sum()
+                    + stats.norm(0, math.sqrt(sigma2 / prior["lambda0"])).logpdf(beta).sum()
+                    + stats.invgamma(prior["a0"], scale=prior["b0"]).logpdf(sigma2) + row[30])
+    got = log_prob("regression_noise_31", draws)
+    np.testing.assert_allclose(got - got[0], np.asarray(want) - want[0], rtol=1e-9, atol=1e-8)
+
+
+@pytest.mark.parametrize("name", ["mixture_unequal_10", "student_t_20", "rotated_gaussian_100",
+                                  "regression_noise_31"])
 def test_added_closed_forms_match_exact_draws(name: str) -> None:
     """The references' means and sds against 200,000 exact draws (Monte-Carlo error well under the tolerances)."""
     reference = load_reference(name)
