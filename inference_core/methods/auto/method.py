@@ -36,7 +36,8 @@
    log α): the Pareto k̂ of the importance weights p/q of `khat_draws` draws of Pathfinder's Gaussian q (PSIS,
    Vehtari et al. 2024; every job computes and reports it) above `flow_khat_above` = 1 (the mean weight does
    not exist), with the weighted mean more than `flow_shift_above` = 1 of q's sds from q's mean (q misses mass on
-   one side, not only in heavy tails: `pathfinder.importance_check`), fits the flow too, and oversamples
+   one side, not only in heavy tails: `pathfinder.importance_check`), or that mean more than `flow_shift_alone_above`
+   = 1.15 sds away whatever k̂ (a scale parameter whose joint mode is far from its mean), fits the flow too, and oversamples
    (point 7, whatever the transport) as hierarchical scales need.
 
 7. Oversampling (`oversample`, `herding.py`): where Pathfinder's paths disagree by more than `oversample_above`
@@ -280,9 +281,11 @@ class Auto(Method):
     @property
     def misses_mass(self) -> bool:
         """Pathfinder's Gaussian misses posterior mass: k̂ above `flow_khat_above` and its importance-weighted mean
-        more than `flow_shift_above` of its sds from its own (heavy tails alone do not move it)."""
+        more than `flow_shift_above` of its sds from its own (heavy tails alone do not move it), or that mean more
+        than `flow_shift_alone_above` away whatever k̂ (a mode far from the mean)."""
         return (self.khat > self.options.flow_khat_above
-                and self.importance.shift_sd > self.options.flow_shift_above)
+                and self.importance.shift_sd > self.options.flow_shift_above
+                or self.importance.shift_sd > self.options.flow_shift_alone_above)
 
     @property
     def converged(self) -> bool:

@@ -13,7 +13,7 @@ from benchmarks.robustness.scoring import LOG_SD_BAR, MEAN_BAR, load_reference, 
 from inference_core.training import run
 
 FAST = ["ar2", "rotated_gaussian_20", "ill_gaussian_50", "breast_cancer_logistic", "mixture", "mixture_naive",
-        "mixture_unequal_10", "rotated_gaussian_100"]
+        "mixture_unequal_10", "rotated_gaussian_100", "regression_noise_31"]
 
 
 @pytest.mark.parametrize("name", FAST)
