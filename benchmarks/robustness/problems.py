@@ -93,22 +93,27 @@ def ill_gaussian() -> Problem:
     )
 
 
-def rotated_gaussian() -> Problem:
-    d = 20
-    rng = np.random.default_rng(14)
+def _rotated_gaussian(name: str, description: str, eig: np.ndarray, rng: np.random.Generator,
+                      draw_mean: Any) -> Problem:
+    """N(mean, Q diag(eig) Qᵀ) with Q a Haar-distributed rotation drawn first from `rng`, then the mean
+    (`draw_mean(rng, d)`); written with its precision, the marginal moments exact."""
+    d = len(eig)
     q, r = np.linalg.qr(rng.standard_normal((d, d)))
-    q = q * np.sign(np.diag(r))  # a Haar-distributed rotation
-    eig = np.logspace(-1, 1, d)  # variances 0.1..10 (condition number 100), rotated
-    cov = q @ np.diag(eig) @ q.T
+    q = q * np.sign(np.diag(r))
     precision = q @ np.diag(1 / eig) @ q.T
-    precision = (precision + precision.T) / 2
-    mean = rng.normal(0.0, 1.0, d)
+    mean = draw_mean(rng, d)
     return Problem(
-        "rotated_gaussian_20", "correlated Gaussian, d=20, variances log-spaced 0.1..10 under a fixed random "
-        "rotation (seed 14)", d, {"m": _tolist(mean), "P": _tolist(precision)},
+        name, description, d, {"m": _tolist(mean), "P": _tolist((precision + precision.T) / 2)},
         "-0.5 * dot(x - m, P @ (x - m))", [f"x{i}" for i in range(d)],
-        closed_form={"mean": _tolist(mean), "sd": _tolist(np.sqrt(np.diag(cov)))},
+        closed_form={"mean": _tolist(mean), "sd": _tolist(np.sqrt(np.diag(q @ np.diag(eig) @ q.T)))},
     )
+
+
+def rotated_gaussian() -> Problem:
+    return _rotated_gaussian(
+        "rotated_gaussian_20", "correlated Gaussian, d=20, variances log-spaced 0.1..10 under a fixed random "
+        "rotation (seed 14)", np.logspace(-1, 1, 20), np.random.default_rng(14),
+        lambda rng, d: rng.normal(0.0, 1.0, d))
 
 
 def eight_schools_noncentered() -> Problem:
@@ -322,19 +327,9 @@ def regression_noise_31() -> Problem:
 def rotated_gaussian_100() -> Problem:
     """d = 100, as many dimensions as the default particle count: variances log-spaced 10⁻⁴..1 (condition number
     10⁴) under a random rotation (seed 17)."""
-    d = 100
-    rng = np.random.default_rng(17)
-    q, r = np.linalg.qr(rng.standard_normal((d, d)))
-    q = q * np.sign(np.diag(r))
-    eig = np.logspace(-4, 0, d)
-    precision = q @ np.diag(1 / eig) @ q.T
-    mean = rng.uniform(-3, 3, d)
-    return Problem(
+    return _rotated_gaussian(
         "rotated_gaussian_100", "correlated Gaussian, d=100, variances log-spaced 1e-4..1 under a random rotation "
-        "(seed 17)", d, {"m": _tolist(mean), "P": _tolist((precision + precision.T) / 2)},
-        "-0.5 * dot(x - m, P @ (x - m))", [f"x{i}" for i in range(d)],
-        closed_form={"mean": _tolist(mean), "sd": _tolist(np.sqrt(np.diag(q @ np.diag(eig) @ q.T)))},
-    )
+        "(seed 17)", np.logspace(-4, 0, 100), np.random.default_rng(17), lambda rng, d: rng.uniform(-3, 3, d))
 
 
 def mixture_naive() -> Problem:

@@ -221,8 +221,7 @@ class Auto(Method):
         #: separated modes that Pathfinder's paths settled at, with their masses (point 9, `modes.py`)
         self.modes: Modes = distinct_modes(found)
         if len(self.modes) > 1 and self.transport == "linear":  # the starts in the modes' shares, whitened
-            x0 = start_in_modes(self.modes, start) - found.best.mean
-            start = torch.linalg.solve(found.best.root.double(), x0.T).T
+            start = found.best.standardize(start_in_modes(self.modes, start))
         start = start.to(device=device, dtype=self.dtype)
         start, self.redrawn = redraw_nonfinite(target, start, draw, options.start_retries, self.to_target)
         self.u = start.requires_grad_(True)

@@ -36,12 +36,6 @@ class Modes:
         return len(self.gaussians)
 
 
-def mahalanobis(gaussian: Gaussian, x: Tensor) -> Tensor:
-    """Distances of rows x [n, d] from the Gaussian's mean in its own sds."""
-    root = gaussian.root.to(x)
-    return torch.linalg.solve(root, (x - gaussian.mean.to(x)).T).norm(dim=0)
-
-
 def distinct_modes(found: PathfinderResult) -> Modes:
     """The settled paths grouped by where they ended (greedily, best ELBO first), each mode with its best path's
     Gaussian; Pathfinder's best Gaussian alone where no path settled (a funnel's neck) or all settled at one mode.
@@ -61,8 +55,8 @@ def distinct_modes(found: PathfinderResult) -> Modes:
 
 def _separated(a: Gaussian, a_end: Tensor, b: Gaussian, b_end: Tensor) -> bool:
     """The two ends farther apart than SEPARATION_SD in both paths' Gaussians' sds."""
-    gap = (a_end - b_end)[:, None]
-    return all(float(torch.linalg.solve(g.root.double(), gap).norm()) > SEPARATION_SD for g in (a, b))
+    ends = torch.stack([a_end, b_end])
+    return all(float(torch.diff(g.standardize(ends), dim=0).norm()) > SEPARATION_SD for g in (a, b))
 
 
 def mode_counts(weights: Tensor, n: int) -> list[int]:
@@ -79,8 +73,7 @@ def start_in_modes(modes: Modes, eps: Tensor) -> Tensor:
     (mode_counts) drawn from its Gaussian, x = mean + root·ε."""
     rows, start = [], 0
     for gaussian, count in zip(modes.gaussians, mode_counts(modes.weights, eps.shape[0]), strict=True):
-        block = eps[start:start + count].double()
-        rows.append(gaussian.mean.double() + block @ gaussian.root.double().T)
+        rows.append(gaussian.draw(eps[start:start + count].double()))
         start += count
     return torch.cat(rows)
 
@@ -88,6 +81,6 @@ def start_in_modes(modes: Modes, eps: Tensor) -> Tensor:
 def mode_shares(modes: Modes, x: Tensor) -> Tensor:
     """[k] the share of rows x [n, d] nearest each mode, by the modes' Gaussian log-densities (unweighted)."""
     x = x.double()
-    log_densities = torch.stack([-0.5 * mahalanobis(g, x).square() - 0.5 * g.log_det for g in modes.gaussians])
+    log_densities = torch.stack([g.log_q(g.standardize(x)) for g in modes.gaussians])
     nearest = log_densities.argmax(0)
     return torch.bincount(nearest, minlength=len(modes)).double() / x.shape[0]

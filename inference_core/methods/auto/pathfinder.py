@@ -86,6 +86,10 @@ class Gaussian:
         """Rows mean + root·ε for standard-normal rows ε [m, d]."""
         return self.mean + eps @ self.root.T
 
+    def standardize(self, x: Tensor) -> Tensor:
+        """The inverse of `draw`: rows ε = root⁻¹(x − mean) for rows x [m, d]."""
+        return torch.linalg.solve(self.root.to(x), (x - self.mean.to(x)).T).T
+
     def log_q(self, eps: Tensor) -> Tensor:
         d = eps.shape[-1]
         return -0.5 * eps.square().sum(-1) - 0.5 * d * math.log(2 * math.pi) - 0.5 * self.log_det
