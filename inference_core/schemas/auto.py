@@ -103,13 +103,16 @@ class AutoOptions(StrictModel):
         default=25, ge=0, le=10_000_000,
         description="re-whiten with the particles' own mean and covariance at steps adapt_first·2^k (0: never); "
         "the Pathfinder scale is local to the mode, a curved or funnel-shaped posterior is wider")
-    transport: Literal["auto", "linear", "flow"] = Field(
+    transport: Literal["auto", "linear", "flow", "tails"] = Field(
         default="auto",
         description="the map SVGD's coordinates go through: 'linear' (the Pathfinder whitening), 'flow' (that, then a "
         "normalising flow fitted by reverse KL, NeuTra-style, for funnels and centred hierarchies, whose scale "
         "changes across the posterior; costs flow.steps·flow.batch evaluations more), or 'auto': the flow when "
         "Pathfinder's paths end more than `flow_above` of its sds apart (no single mode to whiten around) or its "
-        "Gaussian's importance k̂ is above `flow_khat_above` (it misses mass), else linear")
+        "Gaussian's importance k̂ is above `flow_khat_above` (it misses mass), else 'tails' where the log-density falls "
+        "like a power along rays from Pathfinder's mean (Tukey's h map, coordinatewise or radial, after the whitening: "
+        "heavy tails, where SVGD's cloud otherwise spreads without bound; methods/auto/tails.py), else linear. 'tails' "
+        "forced applies the map the probe finds (the identity where the tails are light)")
     flow_above: float = Field(
         default=10.0, gt=0,
         description="start disagreement (Pathfinder sds) above which transport 'auto' fits the flow. Measured on the "

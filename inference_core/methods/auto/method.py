@@ -63,6 +63,16 @@
    from the best Gaussian put 98 % in one mode (means 0.5 sds off, called `good`); in the masses, 0.02-0.04 /
    0.04-0.07. Modes that no path reaches stay unseen (docs/method-choice.md).
 
+10. Tails (`tails.py`): where no flow is fitted, the log-density's decay along rays from Pathfinder's mean (the
+   whitened axes at 4, 8 and 16 sds, and 16 random directions) tells power-law tails from light ones; where it falls
+   like a power, the particles move in z with x = μ + R·T_h(z), T_h Tukey's h map (coordinatewise for independent
+   heavy-tailed coordinates, radial for an elliptical posterior such as a multivariate t, h = 1/ν̂), in which the
+   tails are Gaussian again: SVGD's median-scaled repulsion balances a 1/x score at no spread (the cloud spread
+   without bound on 20 independent t₅'s, 1.05 / 2.52 off; through T_h 0.015-0.044 / 0.14-0.20 on seeds 0-7), and on
+   a 10-d multivariate t₅ the linear whitening stopped 0.37-0.40 too narrow in log sd, called `good` (0.17-0.21).
+   Where ν̂ ≤ 3.5 the particles' sds have no standard error, and the job says so (`heavy_tails`). With power-law
+   tails the importance weights of point 6 have no mean, so their k̂ and shift do not fit the flow there.
+
 `quality()` reports what should make a user distrust the result: a Pathfinder path whose mean lies outside the
 particles (a missed mode, or a mode far from the mass), particle spread collapsed below the Pathfinder scale, no
 convergence.
@@ -87,6 +97,7 @@ from inference_core.methods.auto.chains import LatentChains
 from inference_core.methods.auto.herding import kernel_herding
 from inference_core.methods.auto.modes import Modes, distinct_modes, mode_shares, start_in_modes
 from inference_core.methods.auto.pathfinder import PathfinderResult, importance_check, pathfinder
+from inference_core.methods.auto.tails import TailProbe, probe_tails
 from inference_core.methods.auto.transport import CouplingFlow, FlowTarget, fit_flow
 from inference_core.methods.base import Method, check_direction
 from inference_core.methods.directions import svgd_direction
@@ -135,6 +146,14 @@ FLOW_LR = 0.2
 #: schools multimodal, at 1.2-2.1 particle sds, on 5 of 6 seeds that met the bars.)
 PATH_OUTSIDE_LEVEL = 1e-3
 
+
+#: `heavy_tails` fires where the tail probe's index ν̂ is at most this: the sds of a t with ν ≤ 4 have no standard
+#: error (no fourth moment); measured on 10 independent t₃'s (ν̂ 3.0), `auto`'s sds were 0.33-0.35 too small in log
+#: units on seeds 0-2, on t₄'s (the README's example, ν̂ 4.0) within 0.13
+FOURTH_MOMENT_INDEX = 3.5
+
+#: where the quality checks ran (`checked_in`) for each transport: the coordinates the particles move in
+CHECKED_IN = {"linear": "whitened", "flow": "flow_latent", "tails": "tails_latent"}
 
 #: `oversample` applies where num_particles is below this many per dimension (its option has the measurements)
 PARTICLES_PER_DIM = 1.25
@@ -189,9 +208,20 @@ class Auto(Method):
         self.importance = importance_check(target, found.best, options.khat_draws,
                                            torch.Generator().manual_seed(derive_seed(seed, 7)), self.dtype, device)
         self.khat = self.importance.khat
+        far_apart = found.start_disagreement() > options.flow_above
+        #: the tails' probe along rays from Pathfinder's mean (point 10, `tails.py`), unless the flow is certain
+        self.tail_probe: TailProbe | None = None
+        if self.transport in ("linear", "tails") or self.transport == "auto" and not far_apart:
+            self.tail_probe = probe_tails(whitened, torch.Generator().manual_seed(derive_seed(seed, 8)), self.dtype,
+                                          device)
         if self.transport == "auto":
-            far_apart = found.start_disagreement() > options.flow_above
-            self.transport = "flow" if far_apart or self.misses_mass else "linear"
+            # with power-law tails the importance weights' mean does not exist, and k̂ and the shift are noise
+            heavy = self.tail_probe is not None and self.tail_probe.shape != "light"
+            self.transport = "flow" if far_apart or self.misses_mass and not heavy else "tails" if heavy else "linear"
+        if self.transport == "tails":  # x = shift + root·T_h(z), T_h Tukey's h, coordinatewise or radial
+            self.flow_target = FlowTarget(whitened, self.tail_probe.transform().to(device=device, dtype=self.dtype))
+            whitened = WhitenedTarget(self.flow_target, torch.zeros(d, device=device, dtype=self.dtype),
+                                      torch.eye(d, device=device, dtype=self.dtype))
         if self.transport == "flow":  # x = shift + root·T(z), and SVGD's whitening acts on z (transport.py)
             flow = CouplingFlow(d, options.flow.layers, options.flow.hidden,
                                 torch.Generator().manual_seed(derive_seed(seed, 5))).to(device=device, dtype=self.dtype)
@@ -227,7 +257,7 @@ class Auto(Method):
         self.u = start.requires_grad_(True)
         #: the particles' step in whitened units: `lr`, or for "auto" the one measured for the transport (its schema)
         self.lr = (float(options.lr) if options.lr != "auto"
-                   else LINEAR_LR if self.transport == "linear" else FLOW_LR)
+                   else FLOW_LR if self.transport == "flow" else LINEAR_LR)
         self.optimizer = build_optimizer([self.u], OptimizerOptions(name="sgd", lr=self.lr))
         #: heavy-ball velocity in u (kept here, not in the optimiser, so that the move it makes can be capped)
         self.velocity = torch.zeros_like(self.u, requires_grad=False)
@@ -275,7 +305,7 @@ class Auto(Method):
     def diagnostic_coordinates(self) -> tuple[Tensor, Target, str]:
         """The quality checks run where the particles move (Method.diagnostic_coordinates): the target seen through
         the whitening, and the flow where there is one."""
-        return self.latent_particles(), self.view, "flow_latent" if self.flow_target is not None else "whitened"
+        return self.latent_particles(), self.view, CHECKED_IN[self.transport]
 
     @property
     def misses_mass(self) -> bool:
@@ -292,10 +322,11 @@ class Auto(Method):
 
     @property
     def grad_evals(self) -> int:
-        flow_evals = self.options.flow.steps * self.options.flow.batch if self.flow_target is not None else 0
+        flow_evals = self.options.flow.steps * self.options.flow.batch if self.flow_losses else 0
+        probe_evals = self.tail_probe.evals if self.tail_probe is not None else 0
         moved = (self.chains.grad_evals if self.chains is not None
                  else self.ensemble_size * self.step_count + self.sent_back)
-        return self.pathfinder_evals + self.options.khat_draws + flow_evals + moved
+        return self.pathfinder_evals + self.options.khat_draws + probe_evals + flow_evals + moved
 
     # ---- one step ----
     def step(self) -> dict[str, float]:
@@ -416,6 +447,12 @@ class Auto(Method):
                                  f"Pathfinder's paths settled at {len(self.modes)} separated modes with masses "
                                  f"{_fractions(self.modes.weights)} (from their ELBOs), but the particles are "
                                  f"split {_fractions(shares)} between them: the modes' weights are likely wrong"})
+        if self.tail_probe is not None and self.tail_probe.smallest_index <= FOURTH_MOMENT_INDEX:
+            warnings.append({"code": "heavy_tails", "message":
+                             f"the posterior's tails fall like a power with index about "
+                             f"{self.tail_probe.smallest_index:.1f} ({self.tail_probe.shape}): a Student-t with so "
+                             "few degrees of freedom has no fourth moment, and the sds of "
+                             f"{x.shape[0]} particles (or draws) are unreliable (most often too small)"})
         chains = self.chains.quality() if self.chains is not None else None
         if not self.converged and chains is not None:
             rule = self.options.chains
@@ -442,6 +479,8 @@ class Auto(Method):
             "redrawn_starts": self.redrawn,
             "ensemble_size": self.ensemble_size,
             "transport": self.transport,
+            **({"tails": self.tail_probe.shape, "tail_index": self.tail_probe.smallest_index}
+               if self.tail_probe is not None else {}),
             "engine": self.engine,
             **({"flow_final_loss": self.flow_losses[-1]} if self.flow_losses else {}),
             **({"chains": chains} if chains is not None else {}),

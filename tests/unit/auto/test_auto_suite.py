@@ -1,8 +1,9 @@
 """`auto` with its defaults meets issue 14's bars (worst |Δmean|/sd ≤ 0.15, worst |log sd ratio| ≤ 0.25) on the
 fast problems of the robustness suite (benchmarks/robustness: closed-form or long-NUTS references, checked there
 against quadrature and importance sampling), with fewer target evaluations than the references' NUTS runs
-needed for one chain of 1,000 warm-up + 1,000 draws where a NUTS count is stored. The hard problems (funnel,
-centred eight schools) are in the benchmark table, where `auto` misses and says so."""
+needed for one chain of 1,000 warm-up + 1,000 draws where a NUTS count is stored. The slow ones (the funnel, both
+eight schools and the hierarchical logistic regression, whose flow fit or 300 particles take 30-50 s) are in the
+benchmark table only."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from benchmarks.robustness.scoring import LOG_SD_BAR, MEAN_BAR, load_reference, 
 from inference_core.training import run
 
 FAST = ["ar2", "rotated_gaussian_20", "ill_gaussian_50", "breast_cancer_logistic", "mixture", "mixture_naive",
-        "mixture_unequal_10", "rotated_gaussian_100", "regression_noise_31"]
+        "mixture_unequal_10", "rotated_gaussian_100", "regression_noise_31", "student_t_20"]
 
 
 @pytest.mark.parametrize("name", FAST)

@@ -163,15 +163,19 @@ def test_transport_auto_fits_the_flow_where_paths_end_far_apart_or_the_gaussian_
     assert gaussian[0] == "linear" and gaussian[1] < 10 and gaussian[2] < 0.5 and gaussian[3] == 100, chosen
 
 
-def test_heavy_tails_alone_keep_the_linear_whitening() -> None:
+def test_heavy_tails_alone_take_the_tail_map_not_the_flow() -> None:
     """The README's example: a Student-t coordinate, whose tails no Gaussian covers, puts Pathfinder's k̂ above 1 on
     seed 0 (1.18; 0.34-3.23 on seeds 0-7), but the importance-weighted mean stays within 0.2 of the Gaussian's sds
-    of its mean: no mass missed on one side, so no flow (`flow_shift_above`). It oversamples (k̂ > 0.7)."""
+    of its mean: no mass missed on one side, so no flow (`flow_shift_above`). The tail probe finds the t₄ along one
+    axis (both sides) and puts Tukey's h there (methods/auto/tails.py). It oversamples (k̂ > 0.7)."""
     target = {"kind": "expression", "dim": 3, "log_prob": "log_normal(x[0], 3, 0.01) + log_normal(x[1], 100 * x[0], 2)"
               " + log_student_t(x[2], 4, x[1] / 100, 1)"}
     method = build_method(validate_job_spec({"method": "auto", "seed": 0, "steps": 1, "target": target}))
     assert method.khat > 1 and method.importance.shift_sd < 0.5, method.importance
-    assert method.transport == "linear" and method.flow_target is None and method.ensemble_size == 300
+    assert method.transport == "tails" and not method.flow_losses and method.ensemble_size == 300
+    probe = method.tail_probe
+    assert probe.shape == "coordinatewise" and int(torch.isfinite(probe.index).sum()) == 2, probe
+    assert float(probe.index[torch.isfinite(probe.index)].min()) == pytest.approx(4.0, abs=0.1)
 
 
 def test_auto_meets_the_bars_on_a_hierarchical_logistic_regression() -> None:
