@@ -68,7 +68,7 @@
    like a power, the particles move in z with x = μ + R·T_h(z), T_h Tukey's h map (coordinatewise for independent
    heavy-tailed coordinates, radial for an elliptical posterior such as a multivariate t, h = 1/ν̂), in which the
    tails are Gaussian again: SVGD's median-scaled repulsion balances a 1/x score at no spread (the cloud spread
-   without bound on 20 independent t₅'s, 1.05 / 2.52 off; through T_h 0.015-0.044 / 0.14-0.20 on seeds 0-7), and on
+   without bound on 20 independent t₅'s, 1.05 / 2.52 off; through T_h 0.015-0.044 / 0.141-0.186 on seeds 0-7), and on
    a 10-d multivariate t₅ the linear whitening stopped 0.37-0.40 too narrow in log sd, called `good` (0.17-0.21).
    Where ν̂ ≤ 3.5 the particles' sds have no standard error, and the job says so (`heavy_tails`). With power-law
    tails the importance weights of point 6 have no mean, so their k̂ and shift do not fit the flow there.
@@ -148,8 +148,8 @@ PATH_OUTSIDE_LEVEL = 1e-3
 
 
 #: `heavy_tails` fires where the tail probe's index ν̂ is at most this: the sds of a t with ν ≤ 4 have no standard
-#: error (no fourth moment); measured on 10 independent t₃'s (ν̂ 3.0), `auto`'s sds were 0.33-0.35 too small in log
-#: units on seeds 0-2, on t₄'s (the README's example, ν̂ 4.0) within 0.13
+#: error (no fourth moment); measured on 10 independent t₃'s (ν̂ 3.0), `auto`'s sds were 0.29-0.33 too small in log
+#: units on seeds 0-2, on a t₄ (the README's example, ν̂ 4.0) within 0.12 (seeds 0-5)
 FOURTH_MOMENT_INDEX = 3.5
 
 #: where the quality checks ran (`checked_in`) for each transport: the coordinates the particles move in
