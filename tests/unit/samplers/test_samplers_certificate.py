@@ -24,6 +24,7 @@ from inference_core.samplers.certificate import (
     KSD_ONLY_DRAWS,
     corrected_draws,
     importance_draws,
+    mean_shift,
     sampler_quality,
     verdict,
 )
@@ -167,3 +168,27 @@ def test_verdict_follows_yao_et_al_khat_bands(khat: float, pvalue: float, expect
     assert label == expected, reason
     if expected == "usable with correction" and pvalue > 0.05:
         assert "above 0.5" in reason
+
+
+def test_mean_shift_is_the_weighted_mean_off_the_raw_one_in_sds_and_standard_errors() -> None:
+    """Four draws 0..3 of one coordinate (and a constant one), weights 1:1:1:5: the weighted mean 18/8 against 1.5,
+    sd √1.25; its standard error √(Σ w²(x − 2.25)²) by hand."""
+    draws = torch.tensor([[0.0, 1.0], [1.0, 1.0], [2.0, 1.0], [3.0, 1.0]])
+    shift, z = mean_shift(draws, np.log(np.array([1.0, 1.0, 1.0, 5.0])) + 7.0)  # any constant: normalised
+    w = np.array([1, 1, 1, 5]) / 8
+    sd = math.sqrt(1.25)
+    se = math.sqrt(sum(wi**2 * (xi - 2.25) ** 2 for wi, xi in zip(w, range(4), strict=True))) / sd
+    assert shift == pytest.approx(0.75 / sd, rel=1e-12) and z == pytest.approx(0.75 / sd / se, rel=1e-12)
+
+
+@pytest.mark.parametrize(("shift", "expected"), [
+    ((0.34, 8.2), "usable with correction"),  # gpvi on regression_noise_31: raw draws 0.26 sd off in log σ²
+    ((0.13, 2.6), "good"),  # non-centred eight schools' largest, within the bars
+    ((0.26, 1.5), "good"),  # student_t_20's: a heavy tail's weighted mean is noisy, 1.5 standard errors
+])
+def test_a_weighted_mean_off_the_draws_makes_them_usable_with_correction(shift: tuple[float, float],
+                                                                       expected: str) -> None:
+    label, reason = verdict(0.42, 0.7, 0.4, shift=shift)
+    assert label == expected, reason
+    if expected != "good":
+        assert "importance-weighted mean lies 0.34" in reason
