@@ -45,8 +45,8 @@ from inference_core.targets.base import Target
 #: where the axis probe reads the radial slope, in Pathfinder sds (each a doubling of the one before)
 PROBE_RADII = (4.0, 8.0, 16.0)
 #: ρ = a(2r) / a(r) below this at both doublings is a power-law tail along an axis (Gaussian 4, exponential 2, t₅
-#: 1.26 and 1.07); on the suite's other problems (linear path, seeds 0-5) one side of 120 has ρ below it from 4 to 8
-#: (non-centred eight schools, seed 0: 1.05, a shoulder) and none from 8 to 16 (that side: 3.1)
+#: 1.26 and 1.07); on the suite's other problems (linear path, seeds 0-5) one axis side had ρ below it from 4 to 8
+#: (non-centred eight schools, seed 0: 1.05, a shoulder), and none from 8 to 16 (that side: 3.1)
 POLYNOMIAL_BELOW = 1.6
 #: random directions of the radial probe
 DIRECTIONS = 16
