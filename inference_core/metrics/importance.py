@@ -109,6 +109,12 @@ def _logsumexp(values: np.ndarray) -> float:
     return top + math.log(float(np.exp(values - top).sum()))
 
 
+def normalised_weights(log_weights: np.ndarray) -> np.ndarray:
+    """Weights summing to 1 from (smoothed) log weights, without overflow."""
+    weights = np.exp(log_weights - np.max(log_weights))
+    return weights / weights.sum()
+
+
 def ess(log_weights: np.ndarray) -> float:
     """(Σ w)² / Σ w² for unnormalised log weights (a number of draws between 1 and S)."""
     lw = np.asarray(log_weights, dtype=np.float64)

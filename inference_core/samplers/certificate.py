@@ -140,8 +140,7 @@ def mean_shift(draws: Tensor, smoothed_log_weights: np.ndarray) -> tuple[float, 
     """The largest |E_w[x_j] − mean(x_j)| / sd(x_j) over coordinates (E_w the PSIS-weighted mean) and, for that
     coordinate, its size in Monte-Carlo standard errors of the weighted mean, √Σ w_i²(x_ij − E_w[x_j])² / sd(x_j)."""
     x = draws.double().numpy()
-    weights = np.exp(smoothed_log_weights - smoothed_log_weights.max())
-    weights /= weights.sum()
+    weights = importance.normalised_weights(smoothed_log_weights)
     sd = x.std(0)
     weighted = weights @ x
     shift = np.divide(np.abs(weighted - x.mean(0)), sd, out=np.zeros_like(sd), where=sd > 0)  # a constant: no shift

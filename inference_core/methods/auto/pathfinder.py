@@ -34,7 +34,7 @@ import torch
 from torch import Tensor
 
 from inference_core import errors
-from inference_core.metrics.importance import psis_smooth
+from inference_core.metrics.importance import normalised_weights, psis_smooth
 from inference_core.targets.base import Target
 
 #: Relative floor of the precision eigenvalues: Σ's condition number stays below 1e12.
@@ -347,8 +347,7 @@ def importance_check(target: Target, gaussian: Gaussian, draws: int, generator: 
     if not np.isfinite(log_w).any():
         return ImportanceCheck(math.inf, math.inf)
     smoothed, khat = psis_smooth(log_w)
-    weights = np.exp(smoothed - smoothed.max())
-    weighted_mean = (weights / weights.sum()) @ x.numpy()
+    weighted_mean = normalised_weights(smoothed) @ x.numpy()
     shift = np.abs((weighted_mean - gaussian.mean.numpy()) / gaussian.std.numpy())
     return ImportanceCheck(khat, float(shift.max()))
 
