@@ -2,6 +2,8 @@
 
     python benchmarks/device_check.py --device cuda [--methods auto,svgd,gpvi] [--problems a,b] [--seed 0]
     python benchmarks/device_check.py --device cpu --problems ar2 --methods auto     # a quick run here
+    python benchmarks/device_check.py --device cpu --methods auto --problems funnel --seeds 0-5 --jobs 6 \
+        --options '{"flow": {"batch_start": null}}'                                   # a seed sweep of an option
 
 Each cell builds the same job spec as `benchmarks/robustness.py` (the suite problem as an `expression` target,
 the method's defaults plus METHOD_SPECS) with `device` set, runs it with `inference_core.training.run` (no
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import multiprocessing
 import sys
 import time
 from pathlib import Path
@@ -43,17 +46,26 @@ from inference_core.training import run  # noqa: E402
 SAMPLER_DRAWS = 2000
 
 
-def run_cell(name: str, column: str, device: str, seed: int) -> dict[str, Any]:
+def merged(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """`base` with `extra`'s keys set, nested dicts merged key by key."""
+    out = dict(base)
+    for key, value in extra.items():
+        out[key] = merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def run_cell(name: str, column: str, device: str, seed: int, options: dict[str, Any] | None = None) -> dict[str, Any]:
     problem = problems()[name]
     extra = dict(METHOD_SPECS.get(column, {}))
     extra.pop("method", None)
     spec = {"method": server_method(column), "target": problem.target_spec(), "device": device, "seed": seed,
             **extra}
+    spec["options"] = merged(spec.get("options", {}), options or {})
     started = time.perf_counter()
     try:
         result = run(spec)
     except Exception as exc:  # a failed job is a result of the check, not a crash of it
-        return {"problem": name, "method": column, "device": device, "status": "failed",
+        return {"problem": name, "method": column, "device": device, "seed": seed, "status": "failed",
                 "error": f"{type(exc).__name__}: {exc}"[:400]}
     if torch.cuda.is_available():
         torch.cuda.synchronize()
@@ -65,11 +77,23 @@ def run_cell(name: str, column: str, device: str, seed: int) -> dict[str, Any]:
     draws = draws.detach().to("cpu", torch.float64).numpy()
     reference = load_reference(name)
     cell = score(draws, reference["mean"], reference["sd"], problem.param_names, problem.scored)
-    return {"problem": name, "method": column, "device": device, "status": "succeeded",
+    return {"problem": name, "method": column, "device": device, "seed": seed, "status": "succeeded",
             "particles_device": str(method.particles().device), "steps": result.steps_completed,
             "grad_evals": result.final_metrics.get("grad_evals"), "wall_s": round(wall, 2),
             "verdict": result.quality.get("verdict"),
             **{k: cell[k] for k in ("mean_error", "log_sd_error", "pass")}}
+
+
+def run_cell_args(cell_args: tuple[Any, ...]) -> dict[str, Any]:
+    return run_cell(*cell_args)
+
+
+def parse_seeds(text: str) -> list[int]:
+    seeds: list[int] = []
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        seeds.extend(range(int(first), int(last or first) + 1))
+    return seeds
 
 
 def smoke_target() -> dict[str, Any]:
@@ -103,7 +127,11 @@ def main() -> None:
     parser.add_argument("--device", default="cuda", choices=["cpu", "cuda"])
     parser.add_argument("--methods", default="auto,svgd,gpvi")
     parser.add_argument("--problems", default=",".join(problems()))
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seeds", default="0", help="seeds to run each cell with: 0, 0-5 or 0,3,4")
+    parser.add_argument("--options", type=json.loads, default={},
+                        help="JSON merged into every cell's options, e.g. '{\"flow\": {\"batch_start\": null}}'")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="cells at once, each in its own process with one torch thread (a seed sweep on many cores)")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--every-method", action="store_true", help="first a 20-step job of every method")
     parser.add_argument("--find-mismatches", action="store_true",
@@ -124,11 +152,18 @@ def main() -> None:
                 if finder is not None:
                     finder.job = name
                 record(smoke_cell(name, args.device))
-        for column in args.methods.split(","):
-            for name in args.problems.split(","):
+        cells_to_run = [(name, column, args.device, seed, args.options) for column in args.methods.split(",")
+                        for name in args.problems.split(",") for seed in parse_seeds(args.seeds)]
+        if args.jobs > 1 and finder is None:
+            with multiprocessing.get_context("spawn").Pool(args.jobs, initializer=torch.set_num_threads,
+                                                           initargs=(1,)) as pool:
+                for cell in pool.imap_unordered(run_cell_args, cells_to_run):
+                    record(cell)
+        else:
+            for cell_args in cells_to_run:
                 if finder is not None:
-                    finder.job = f"{column}/{name}"
-                record(run_cell(name, column, args.device, args.seed))
+                    finder.job = f"{cell_args[1]}/{cell_args[0]}"
+                record(run_cell(*cell_args))
     if finder is not None:
         print(finder.report(), flush=True)
     scored = [c for c in cells if "problem" in c]

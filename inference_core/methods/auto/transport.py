@@ -1,5 +1,6 @@
 """Neural transport for `auto` (`transport`): funnels that no linear whitening straightens. `auto` fits it where
-Pathfinder's paths end far apart (`transport: "auto"`, the default) or always (`transport: "flow"`).
+Pathfinder's paths end far apart or settle at no mode (`transport: "auto"`, the default) or always (`transport:
+"flow"`).
 
 NeuTra (Hoffman, Sountsov, Dillon, Langmore, Tran & Vasudevan 2019, "NeuTra-lizing bad geometry in Hamiltonian
 Monte Carlo using neural transport", §3): fit a normalising flow T to the posterior by reverse KL, then sample in
@@ -107,9 +108,19 @@ class CouplingFlow(nn.Module):
         return -0.5 * x.square().sum(-1) - 0.5 * x.shape[-1] * math.log(2 * math.pi) - log_det
 
 
-def fit_flow(base: Target, flow: CouplingFlow, *, steps: int, batch: int, lr: float,
+def batch_schedule(steps: int, batch: int, batch_start: int | None) -> list[int]:
+    """Draws at each step of `fit_flow`: linear from `batch_start` to `batch` (a growing batch, Byrd, Chin, Nocedal
+    & Wu 2012, "Sample size selection in optimization methods for machine learning": a gradient's noise need only
+    shrink as the optimum nears), or `batch` throughout."""
+    if batch_start is None or steps == 1:
+        return [batch] * steps
+    return [round(batch_start + (batch - batch_start) * step / (steps - 1)) for step in range(steps)]
+
+
+def fit_flow(base: Target, flow: CouplingFlow, *, batches: list[int], lr: float,
              generator: torch.Generator) -> list[float]:
-    """Reverse KL of T_#N(0, I) to `base`, by Adam on fresh draws with a cosine decay of the step to zero; rows
+    """Reverse KL of T_#N(0, I) to `base`, by Adam on `batches[i]` fresh draws at step i with a cosine decay of the
+    step to zero; rows
     where log p is not finite are left out of a step's mean. Returns the loss −(log p(T(z)) + log|det ∂T/∂z|),
     the negative ELBO up to a constant, every step.
 
@@ -124,9 +135,9 @@ def fit_flow(base: Target, flow: CouplingFlow, *, steps: int, batch: int, lr: fl
     parameters = [p for p in flow.parameters() if p.requires_grad]
     like = next(flow.parameters())
     optimizer = torch.optim.Adam(parameters, lr=lr)
-    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=steps)
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=len(batches))
     losses = []
-    for step in range(steps):
+    for step, batch in enumerate(batches):
         # drawn on the CPU generator (the same draws on any device), then moved to the flow's device
         z = torch.randn(batch, int(base.dim), generator=generator, dtype=like.dtype).to(like.device)
         x, log_det = flow(z)
