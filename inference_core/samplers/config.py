@@ -17,7 +17,10 @@ FVI whose draws are functions evaluated at inputs x (`SPGSamplerConfig`: noise `
 required).
 
 f(z) = output.weight · φ(z[:, :input_dim]) + output.bias + lambda · z, φ the hidden stack (see
-`samplers.generator`); when lambda = 0 the noise has input_dim columns, else output_dim.
+`samplers.generator`); when lambda = 0 the noise has input_dim columns, else output_dim. Optional entries, written
+only when present: `"affine": true` (x = affine.shift + affine.root · f(z), a generator trained in whitened
+coordinates) and with it `"flow": {"layers", "hidden"}` (x = shift + root · T(f(z)), T the coupling flow of
+`inference_core.coupling` whose tensors are named "flow.*").
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, ValidationError, model_validator
 
+from inference_core.coupling import flow_shapes
 from inference_core.samplers.generator import parameter_shapes
 from inference_core.schemas.common import StrictModel
 
@@ -49,6 +53,16 @@ MAX_PARAMETERS = 2**28
 Activation = Literal["relu", "tanh", "sigmoid", "softplus", "elu", "leaky_relu", "silu", "gelu"]
 
 
+class FlowConfig(StrictModel):
+    """A normalising flow between the generator and the affine output (`precondition: "flow"`): x = shift +
+    root·T(f(z)), T a stack of `layers` affine couplings whose nets have two hidden layers of `hidden`
+    (methods.auto.transport.CouplingFlow; its tensors are "flow.layers.{l}.mask" and "flow.layers.{l}.net.{0,2,4}
+    .{weight,bias}")."""
+
+    layers: int = Field(ge=1, le=64)
+    hidden: int = Field(ge=1, le=4096)
+
+
 class GeneratorConfig(StrictModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, validate_by_name=True,
                               validate_by_alias=True, serialize_by_alias=True)
@@ -61,6 +75,7 @@ class GeneratorConfig(StrictModel):
     output_dim: int = Field(ge=1, le=MAX_DIM)
     lam: float = Field(ge=0, le=1e6, alias="lambda")
     affine: bool = Field(default=False, description="an output map x = shift + root·f(z) (whitened training)")
+    flow: FlowConfig | None = Field(default=None, description="a coupling flow before the affine map (needs it)")
 
     @model_validator(mode="after")
     def _consistent(self) -> GeneratorConfig:
@@ -72,13 +87,18 @@ class GeneratorConfig(StrictModel):
                              f"output_dim={self.output_dim}), got {self.noise_dim}")
         if self.lam > 0 and self.input_dim > self.output_dim:
             raise ValueError("input_dim cannot exceed output_dim when lambda > 0")
+        if self.flow is not None and not self.affine:
+            raise ValueError("a generator's flow comes with its affine output map (affine: true)")
         total = sum(math.prod(shape) for shape in self.shapes().values())
         if total > MAX_PARAMETERS:
             raise ValueError(f"the generator has {total} parameters, over the cap of {MAX_PARAMETERS}")
         return self
 
     def shapes(self) -> dict[str, tuple[int, ...]]:
-        return parameter_shapes(self.input_dim, self.hidden, self.output_dim, self.affine)
+        shapes = parameter_shapes(self.input_dim, self.hidden, self.output_dim, self.affine)
+        if self.flow is not None:
+            shapes.update(flow_shapes(self.output_dim, self.flow.layers, self.flow.hidden))
+        return shapes
 
 
 class NoiseConfig(StrictModel):

@@ -9,7 +9,8 @@ block of ∂g/∂z[:k] (C never matters), so
 and, by the change of variables, log q(x) = log N(z; 0, I_d) − log|det ∂f/∂z(z)|. A plain amortised
 generator (λ = 0) has a density only when k = d (then log|det ∂g/∂z|); with k < d its draws lie on a
 k-dimensional manifold and no density on R^d exists (`DensityUnavailable`). A generator trained in whitened
-coordinates, x = shift + root·f(z), adds log|det root|.
+coordinates, x = shift + root·f(z), adds log|det root|; one trained in a flow's latent space, x = shift +
+root·T(f(z)), adds log|det ∂T/∂u| at u = f(z) too (an affine coupling's is the sum of its log-scales).
 
 The formula is the density of x only where f is injective — GPVI's premise (f is invertible when λ exceeds
 the Lipschitz constant of g). A non-injective f sums several preimages into q(x), so the value returned here
@@ -36,7 +37,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from inference_core.coupling import FLOW_PREFIX, CouplingFlow
 from inference_core.networks import ACTIVATIONS, activation_slope
+from inference_core.samplers.generator import generator_forward
 
 #: largest noise prefix k whose k × k Jacobian blocks are formed (k³ per draw for the log-determinant)
 MAX_JACOBIAN_K = 1024
@@ -116,6 +119,10 @@ def generator_log_abs_det(tensors: dict[str, Tensor], z: Tensor, *, input_dim: i
     logabs = torch.where(sign == 0, torch.full_like(logabs, -math.inf), logabs)
     if lam != 0.0 and d > k:
         logabs = logabs + (d - k) * math.log(lam)
+    if FLOW_PREFIX + "layers.0.mask" in params:  # T's log-det at f(z): the flow is a diffeomorphism, sign +
+        out = generator_forward(params, z.detach().to(device="cpu", dtype=torch.float64), input_dim=k,
+                                n_hidden=n_hidden, activation=activation, lam=lam, output_map=False)
+        logabs = logabs + CouplingFlow.from_tensors(params)(out)[1]
     if "affine.root" in params:
         root_sign, root_logabs = torch.linalg.slogdet(params["affine.root"])
         logabs, sign = logabs + root_logabs, sign * root_sign

@@ -20,6 +20,7 @@ from torch import Tensor, nn
 from torch.nn.utils import skip_init
 
 # The shared activation table and seeded initialisation (re-exported: samplers.ACTIVATIONS is public).
+from inference_core.coupling import FLOW_PREFIX, CouplingFlow
 from inference_core.networks import ACTIVATIONS, init_linear_
 
 __all__ = ["ACTIVATIONS", "GeneratorNetwork", "generator_forward", "init_linear_", "mlp_features", "parameter_shapes"]
@@ -53,14 +54,19 @@ def mlp_features(params: Sequence[tuple[Tensor, Tensor]], u: Tensor, activation:
 
 
 def generator_forward(tensors: dict[str, Tensor], z: Tensor, *, input_dim: int, n_hidden: int,
-                      activation: str, lam: float | Tensor) -> Tensor:
-    """f(z) = W φ(z[:, :k]) + b + λz (λ·z only when λ ≠ 0, and then z has the output's width); then
-    shift + root·f(z) when the tensors hold an affine output ("affine.shift", "affine.root")."""
+                      activation: str, lam: float | Tensor, output_map: bool = True) -> Tensor:
+    """f(z) = W φ(z[:, :k]) + b + λz (λ·z only when λ ≠ 0, and then z has the output's width); then, unless
+    `output_map` is False, the flow T when the tensors hold one ("flow.*") and shift + root·(…) when they hold an
+    affine output ("affine.shift", "affine.root")."""
     hidden = [(tensors[f"hidden.{i}.weight"], tensors[f"hidden.{i}.bias"]) for i in range(n_hidden)]
     features = mlp_features(hidden, z[:, :input_dim], activation)
     out = torch.nn.functional.linear(features, tensors["output.weight"], tensors["output.bias"])
     if isinstance(lam, Tensor) or lam != 0.0:
         out = out + lam * z
+    if not output_map:
+        return out
+    if FLOW_PREFIX + "layers.0.mask" in tensors:
+        out = CouplingFlow.from_tensors(tensors)(out)[0]
     if "affine.root" in tensors:
         out = torch.addmm(tensors["affine.shift"], out, tensors["affine.root"].T)
     return out

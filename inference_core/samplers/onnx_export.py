@@ -80,7 +80,8 @@ def export_onnx(config: dict[str, Any], tensors: dict[str, Tensor]) -> bytes:
     initializers += [const("output.weight", tensors["output.weight"].numpy()),
                      const("output.bias", tensors["output.bias"].numpy())]
     affine = bool(gen.get("affine", False))
-    f_out = "f_out" if affine else OUTPUT_NAME
+    flow = gen.get("flow")
+    f_out = "f_raw" if flow else "f_out" if affine else OUTPUT_NAME
     g_out = f_out if lam == 0.0 else "g_out"
     nodes.append(helper.make_node("Gemm", [current, "output.weight", "output.bias"], [g_out], transB=1,
                                   name="output_gemm"))
@@ -88,6 +89,11 @@ def export_onnx(config: dict[str, Any], tensors: dict[str, Tensor]) -> bytes:
         initializers.append(const("lambda", np.array(lam, np.float32)))
         nodes += [helper.make_node("Mul", [INPUT_NAME, "lambda"], ["lambda_z"], name="lambda_times_z"),
                   helper.make_node("Add", ["g_out", "lambda_z"], [f_out], name="add_lambda_z")]
+    if flow:
+        flow_nodes, flow_initializers = _coupling_nodes(helper, const, tensors, f_out, "f_out", flow["layers"])
+        nodes += flow_nodes
+        initializers += flow_initializers
+        f_out = "f_out"
     if affine:  # x = shift + f · rootᵀ, one Gemm
         initializers += [const("affine.root", tensors["affine.root"].numpy()),
                          const("affine.shift", tensors["affine.shift"].numpy())]
@@ -101,6 +107,48 @@ def export_onnx(config: dict[str, Any], tensors: dict[str, Tensor]) -> bytes:
     )
     return _serialise(graph, config, "Parvis sampler: maps standard-normal noise z [n, noise_dim] to samples "
                       f"[n, output_dim]. Draw z as {config['noise']['draw']}.")
+
+
+def _coupling_nodes(helper: Any, const: Any, tensors: dict[str, Tensor], x: str, out: str,
+                    layers: int) -> tuple[list[Any], list[Any]]:
+    """The flow T of `methods.auto.transport.CouplingFlow` from `x` to `out`, layer by layer: h = x·m; [s | t] =
+    net(h) (Gemm, Tanh, Gemm, Tanh, Gemm); s = (1 − m)·B·tanh(s/B), t = (1 − m)·t; x ← x·exp(s) + t."""
+    from inference_core.coupling import FLOW_PREFIX, SCALE_BOUND
+
+    dim = tensors[f"{FLOW_PREFIX}layers.0.mask"].numel()
+    initializers = [const("flow_bound", np.array(SCALE_BOUND, np.float32)),
+                    const("flow_split", np.array([dim, dim], np.int64))]
+    nodes = []
+    current = x
+    for layer in range(layers):
+        base, tag = f"{FLOW_PREFIX}layers.{layer}.", f"flow{layer}"
+        mask = tensors[base + "mask"].numpy()
+        initializers += [const(f"{tag}_mask", mask), const(f"{tag}_free", 1 - mask)]
+        nodes.append(helper.make_node("Mul", [current, f"{tag}_mask"], [f"{tag}_fixed"], name=f"{tag}_fixed"))
+        h = f"{tag}_fixed"
+        for index in (0, 2, 4):
+            weight, bias = f"{base}net.{index}.weight", f"{base}net.{index}.bias"
+            initializers += [const(weight, tensors[weight].numpy()), const(bias, tensors[bias].numpy())]
+            nodes.append(helper.make_node("Gemm", [h, weight, bias], [f"{tag}_net{index}"], transB=1,
+                                          name=f"{tag}_gemm{index}"))
+            h = f"{tag}_net{index}"
+            if index < 4:
+                nodes.append(helper.make_node("Tanh", [h], [f"{h}_tanh"], name=f"{tag}_tanh{index}"))
+                h = f"{h}_tanh"
+        nodes += [
+            helper.make_node("Split", [h, "flow_split"], [f"{tag}_s_raw", f"{tag}_t_raw"], axis=1, name=f"{tag}_split"),
+            helper.make_node("Div", [f"{tag}_s_raw", "flow_bound"], [f"{tag}_s_div"], name=f"{tag}_s_div"),
+            helper.make_node("Tanh", [f"{tag}_s_div"], [f"{tag}_s_tanh"], name=f"{tag}_s_tanh"),
+            helper.make_node("Mul", [f"{tag}_s_tanh", "flow_bound"], [f"{tag}_s_bounded"], name=f"{tag}_s_bound"),
+            helper.make_node("Mul", [f"{tag}_s_bounded", f"{tag}_free"], [f"{tag}_s"], name=f"{tag}_s"),
+            helper.make_node("Mul", [f"{tag}_t_raw", f"{tag}_free"], [f"{tag}_t"], name=f"{tag}_t"),
+            helper.make_node("Exp", [f"{tag}_s"], [f"{tag}_scale"], name=f"{tag}_exp"),
+            helper.make_node("Mul", [current, f"{tag}_scale"], [f"{tag}_scaled"], name=f"{tag}_scale_x"),
+        ]
+        layer_out = out if layer == layers - 1 else f"{tag}_out"
+        nodes.append(helper.make_node("Add", [f"{tag}_scaled", f"{tag}_t"], [layer_out], name=f"{tag}_shift"))
+        current = layer_out
+    return nodes, initializers
 
 
 def export_spg_onnx(config: dict[str, Any], tensors: dict[str, Tensor]) -> bytes:

@@ -18,6 +18,7 @@ from typing import IO, Any
 import torch
 from torch import Tensor
 
+from inference_core.coupling import CouplingFlow
 from inference_core.samplers import archive
 from inference_core.samplers.base import FrozenSampler
 from inference_core.samplers.config import (
@@ -59,6 +60,8 @@ class Sampler(FrozenSampler):
         self._config = parsed.model_dump(mode="json")
         if not parsed.generator.affine:  # written only when there is one: older configs stay byte-identical
             self._config["generator"].pop("affine")
+        if parsed.generator.flow is None:
+            self._config["generator"].pop("flow")
         self._tensors = frozen
 
     # ---- construction ----------------------------------------------------------------------------------
@@ -66,9 +69,10 @@ class Sampler(FrozenSampler):
     @classmethod
     def from_generator(cls, network: GeneratorNetwork, *, method: str, target_kind: str,
                        layout: list[dict[str, Any]] | None = None, model: dict[str, Any] | None = None,
-                       affine: tuple[Tensor, Tensor] | None = None) -> Sampler:
+                       affine: tuple[Tensor, Tensor] | None = None, flow: CouplingFlow | None = None) -> Sampler:
         """Snapshot of a training generator (float32 copies; λ rounded to float32 as the forward uses it);
-        `affine` = (shift, root) when it was trained in whitened coordinates x = shift + root·u."""
+        `affine` = (shift, root) when it was trained in whitened coordinates x = shift + root·u, and `flow` T
+        when in a flow's latent space, x = shift + root·T(u)."""
         lam = float(torch.tensor(network.lam_float(), dtype=torch.float32))
         config = {
             "format": FORMAT,
@@ -78,7 +82,8 @@ class Sampler(FrozenSampler):
             "generator": {"kind": "mlp", "noise_dim": network.noise_dim, "input_dim": network.input_dim,
                           "hidden": list(network.hidden_sizes), "activation": network.activation,
                           "output_dim": network.output_dim, "lambda": lam,
-                          **({"affine": True} if affine is not None else {})},
+                          **({"affine": True} if affine is not None else {}),
+                          **({"flow": {"layers": len(flow.layers), "hidden": flow.hidden}} if flow is not None else {})},
             "noise": {"distribution": "standard_normal", "dtype": "float32", "draw": NOISE_DRAW},
             "target": {"kind": target_kind, "dim": network.output_dim},
             "layout": layout,
@@ -88,6 +93,8 @@ class Sampler(FrozenSampler):
         if affine is not None:
             tensors = {**tensors, "affine.shift": affine[0].detach().to("cpu", torch.float32),
                        "affine.root": affine[1].detach().to("cpu", torch.float32)}
+        if flow is not None:
+            tensors = {**tensors, **flow.tensors()}
         return cls(config, tensors)
 
     # ---- description -------------------------------------------------------------------------------------

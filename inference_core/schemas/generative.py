@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
+from inference_core.schemas.auto import FlowOptions
 from inference_core.schemas.common import StrictModel
 from inference_core.schemas.methods import OptimizerOptions
 
@@ -84,13 +85,16 @@ class GenerativeOptions(StrictModel):
     entropy_weight: float = Field(default=1.0, ge=0, le=1e6,
                                   description="multiplies the repulsive (entropy) term; 1 targets the posterior")
     dtype: Literal["float32", "float64"] = "float32"
-    precondition: Literal["none", "pathfinder", "auto"] = Field(
+    precondition: Literal["none", "pathfinder", "flow", "auto"] = Field(
         default="none",
         description="'pathfinder': train in whitened coordinates x = μ + R u from a Pathfinder Gaussian N(μ, R Rᵀ) "
         "(the sampler stores the affine output and maps its draws back; a generator with λ > 0 starts there: "
-        "g's output layer is zeroed, so f(z) = λz, and GPVI's default λ is 1 when whitened); 'auto': 'pathfinder' "
-        "unless the target has its own initialisation (BNN weights). GPVI's default is 'auto' "
-        "(docs/method-choice.md)")
+        "g's output layer is zeroed, so f(z) = λz, and GPVI's default λ is 1 when whitened); 'flow': that, then "
+        "`auto`'s normalising flow T fitted by reverse KL (`flow`), x = μ + R·T(u), and the generator starts at the "
+        "flow's own draws (the sampler stores T too); 'auto': 'flow' where Pathfinder's paths settle at no mode or "
+        "end far apart or its Gaussian misses mass (`auto`'s rule, docs/method-choice.md), else 'pathfinder', and "
+        "'none' where the target has its own initialisation (BNN weights). GPVI's default is 'auto'")
+    flow: FlowOptions = Field(default_factory=FlowOptions, description="the flow of precondition 'flow'")
 
 
 class KernelGenerativeOptions(GenerativeOptions):
@@ -143,7 +147,8 @@ class GPVIOptions(KernelGenerativeOptions):
         "'pairwise' is the paper's")
     helper_network: HelperOptions = Field(default_factory=HelperOptions)
     precondition: Literal["none", "pathfinder", "auto"] = Field(
-        default="auto", description="see GenerativeOptions; 'auto' whitens unless the target has its own init")
+        default="auto", description="see GenerativeOptions; 'auto' whitens (through the flow where Pathfinder says "
+        "one is needed) unless the target has its own init")
 
 
 class GPVIExactOptions(KernelGenerativeOptions):

@@ -100,7 +100,7 @@ from inference_core.methods.auto.herding import kernel_herding
 from inference_core.methods.auto.modes import Modes, distinct_modes, mode_shares, start_in_modes
 from inference_core.methods.auto.pathfinder import PathfinderResult, importance_check, pathfinder
 from inference_core.methods.auto.tails import TailProbe, probe_tails
-from inference_core.methods.auto.transport import CouplingFlow, FlowTarget, batch_schedule, fit_flow
+from inference_core.methods.auto.transport import FlowTarget, fit_view_flow, misses_mass, paths_need_flow
 from inference_core.methods.base import Method, check_direction
 from inference_core.methods.directions import svgd_direction
 from inference_core.methods.optim import build_optimizer
@@ -211,9 +211,7 @@ class Auto(Method):
         self.importance = importance_check(target, found.best, options.khat_draws,
                                            torch.Generator().manual_seed(derive_seed(seed, 7)), self.dtype, device)
         self.khat = self.importance.khat
-        # paths that end far apart (separate modes or a funnel), or that found no mode at all: log p still rose
-        # when their iterations ran out, down a neck where the density grows without bound
-        needs_flow = found.start_disagreement() > options.flow_above or not all(found.settled)
+        needs_flow = paths_need_flow(found, options.flow_above)
         #: the tails' probe along rays from Pathfinder's mean (point 10, `tails.py`), unless the flow is certain
         self.tail_probe: TailProbe | None = None
         if self.transport in ("linear", "tails") or self.transport == "auto" and not needs_flow:
@@ -228,13 +226,8 @@ class Auto(Method):
             whitened = WhitenedTarget(self.flow_target, torch.zeros(d, device=device, dtype=self.dtype),
                                       torch.eye(d, device=device, dtype=self.dtype))
         if self.transport == "flow":  # x = shift + root·T(z), and SVGD's whitening acts on z (transport.py)
-            flow = CouplingFlow(d, options.flow.layers, options.flow.hidden,
-                                torch.Generator().manual_seed(derive_seed(seed, 5))).to(device=device, dtype=self.dtype)
-            batches = batch_schedule(options.flow.steps, options.flow.batch, options.flow.batch_start)
-            self.flow_losses = fit_flow(whitened, flow, batches=batches, lr=options.flow.lr,
-                                        generator=torch.Generator().manual_seed(derive_seed(seed, 6)))
+            self.flow_target, batches, self.flow_losses = fit_view_flow(whitened, options.flow, seed, device, self.dtype)
             self.flow_evals = sum(batches)
-            self.flow_target = FlowTarget(whitened, flow)
             whitened = WhitenedTarget(self.flow_target, torch.zeros(d, device=device, dtype=self.dtype),
                                       torch.eye(d, device=device, dtype=self.dtype))
         self.view = whitened
@@ -316,12 +309,8 @@ class Auto(Method):
 
     @property
     def misses_mass(self) -> bool:
-        """Pathfinder's Gaussian misses posterior mass: k̂ above `flow_khat_above` and its importance-weighted mean
-        more than `flow_shift_above` of its sds from its own (heavy tails alone do not move it), or that mean more
-        than `flow_shift_alone_above` away whatever k̂ (a mode far from the mean)."""
-        return (self.khat > self.options.flow_khat_above
-                and self.importance.shift_sd > self.options.flow_shift_above
-                or self.importance.shift_sd > self.options.flow_shift_alone_above)
+        """Pathfinder's Gaussian misses posterior mass (`transport.misses_mass`)."""
+        return misses_mass(self.importance, self.options)
 
     @property
     def converged(self) -> bool:

@@ -31,81 +31,14 @@ from __future__ import annotations
 import math
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from inference_core import errors
+from inference_core.coupling import CouplingFlow
+from inference_core.methods.auto.pathfinder import ImportanceCheck, PathfinderResult
+from inference_core.schemas.auto import AutoOptions, FlowOptions
+from inference_core.seeding import derive_seed
 from inference_core.targets.base import Target
-
-#: |s| ≤ SCALE_BOUND per coupling (a soft clamp): one layer changes a scale by at most e^SCALE_BOUND, so an early
-#: Adam step cannot send exp(s) to overflow; eight layers still span e^±24.
-SCALE_BOUND = 3.0
-
-
-class AffineCoupling(nn.Module):
-    def __init__(self, mask: Tensor, hidden: int, generator: torch.Generator):
-        super().__init__()
-        dim = mask.numel()
-        self.register_buffer("mask", mask)
-        self.net = nn.Sequential(nn.Linear(dim, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(),
-                                 nn.Linear(hidden, 2 * dim))
-        with torch.no_grad():  # torch's default U(±1/√fan_in), but from `generator`: a resumed job refits the same flow
-            for layer in (self.net[0], self.net[2]):
-                bound = 1 / math.sqrt(layer.in_features)
-                for parameter in (layer.weight, layer.bias):
-                    parameter.copy_((torch.rand(parameter.shape, generator=generator) * 2 - 1) * bound)
-        nn.init.zeros_(self.net[-1].weight)
-        nn.init.zeros_(self.net[-1].bias)
-
-    def conditioner(self, fixed: Tensor, frozen: bool = False) -> tuple[Tensor, Tensor]:
-        """(log scale, shift) from the fixed half; `frozen` reads the weights without their gradient (STL)."""
-        h = fixed
-        for layer in self.net:
-            if isinstance(layer, nn.Linear):
-                weight, bias = (layer.weight.detach(), layer.bias.detach()) if frozen else (layer.weight, layer.bias)
-                h = nn.functional.linear(h, weight, bias)
-            else:
-                h = layer(h)
-        free = 1 - self.mask
-        log_scale, shift = h.chunk(2, dim=-1)
-        return free * SCALE_BOUND * torch.tanh(log_scale / SCALE_BOUND), free * shift
-
-    def forward(self, z: Tensor) -> tuple[Tensor, Tensor]:
-        log_scale, shift = self.conditioner(z * self.mask)
-        return z * torch.exp(log_scale) + shift, log_scale.sum(-1)
-
-    def inverse(self, y: Tensor, frozen: bool = False) -> tuple[Tensor, Tensor]:
-        """z with forward(z) = y (the fixed half is unchanged, so it gives the same conditioner), and the forward
-        log-det at z."""
-        log_scale, shift = self.conditioner(y * self.mask, frozen)
-        return (y - shift) * torch.exp(-log_scale), log_scale.sum(-1)
-
-
-class CouplingFlow(nn.Module):
-    """T(z) and log|det ∂T/∂z| for rows z [n, d]; masks drawn from `generator` (half the coordinates fixed)."""
-
-    def __init__(self, dim: int, layers: int, hidden: int, generator: torch.Generator):
-        super().__init__()
-        masks = []
-        for _ in range(layers):
-            mask = torch.zeros(dim)
-            mask[torch.randperm(dim, generator=generator)[: dim // 2]] = 1.0
-            masks.append(mask)
-        self.layers = nn.ModuleList(AffineCoupling(mask, hidden, generator) for mask in masks)
-
-    def forward(self, z: Tensor) -> tuple[Tensor, Tensor]:
-        log_det = torch.zeros(z.shape[0], dtype=z.dtype, device=z.device)
-        for layer in self.layers:
-            z, layer_log_det = layer(z)
-            log_det = log_det + layer_log_det
-        return z, log_det
-
-    def log_density(self, x: Tensor, frozen: bool = False) -> Tensor:
-        """log q(x) of T_#N(0, I) at rows x, by the inverse: log N(T⁻¹(x); 0, I) − log|det ∂T/∂z| there."""
-        log_det = torch.zeros(x.shape[0], dtype=x.dtype, device=x.device)
-        for layer in reversed(self.layers):
-            x, layer_log_det = layer.inverse(x, frozen)
-            log_det = log_det + layer_log_det
-        return -0.5 * x.square().sum(-1) - 0.5 * x.shape[-1] * math.log(2 * math.pi) - log_det
 
 
 def batch_schedule(steps: int, batch: int, batch_start: int | None) -> list[int]:
@@ -156,6 +89,33 @@ def fit_flow(base: Target, flow: CouplingFlow, *, batches: list[int], lr: float,
     for p in parameters:
         p.requires_grad_(False)
     return losses
+
+
+def paths_need_flow(found: PathfinderResult, flow_above: float) -> bool:
+    """Pathfinder's paths end more than `flow_above` of its sds apart (no single mode to whiten around), or none
+    settled at a mode: log p still rose at their last iteration, down a neck where the density grows without
+    bound (docs/method-choice.md, "Pathfinder's candidates and the neck")."""
+    return found.start_disagreement() > flow_above or not all(found.settled)
+
+
+def misses_mass(importance: ImportanceCheck, options: AutoOptions) -> bool:
+    """Pathfinder's Gaussian misses posterior mass: k̂ above `flow_khat_above` and its importance-weighted mean
+    more than `flow_shift_above` of its sds from its own (heavy tails alone do not move it), or that mean more
+    than `flow_shift_alone_above` away whatever k̂ (a mode far from the mean)."""
+    return (importance.khat > options.flow_khat_above and importance.shift_sd > options.flow_shift_above
+            or importance.shift_sd > options.flow_shift_alone_above)
+
+
+def fit_view_flow(view: Target, options: FlowOptions, seed: int, device: torch.device,
+                  dtype: torch.dtype) -> tuple[FlowTarget, list[int], list[float]]:
+    """A `CouplingFlow` fitted to `view` (Pathfinder-whitened coordinates) with `options`, from the seed streams
+    `auto` uses; the flow's target, the fit's batches and its losses."""
+    flow = CouplingFlow(int(view.dim), options.layers, options.hidden,
+                        torch.Generator().manual_seed(derive_seed(seed, 5))).to(device=device, dtype=dtype)
+    batches = batch_schedule(options.steps, options.batch, options.batch_start)
+    losses = fit_flow(view, flow, batches=batches, lr=options.lr,
+                      generator=torch.Generator().manual_seed(derive_seed(seed, 6)))
+    return FlowTarget(view, flow), batches, losses
 
 
 class FlowTarget(Target):

@@ -18,13 +18,15 @@ import torch
 from torch import Tensor
 
 from inference_core import errors
-from inference_core.methods.auto.pathfinder import pathfinder
+from inference_core.methods.auto.modes import distinct_modes
+from inference_core.methods.auto.pathfinder import PathfinderResult, importance_check, pathfinder
+from inference_core.methods.auto.transport import FlowTarget, fit_view_flow, misses_mass, paths_need_flow
 from inference_core.methods.base import DTYPES, Method, check_direction
 from inference_core.methods.optim import make_optimizer, optimizer_step, zero_grads
 from inference_core.prediction.model import predictive_model
 from inference_core.samplers import Sampler
 from inference_core.samplers.generator import GeneratorNetwork, mlp_features
-from inference_core.schemas.auto import PathfinderOptions
+from inference_core.schemas.auto import AutoOptions, PathfinderOptions
 from inference_core.schemas.generative import GenerativeOptions
 from inference_core.schemas.methods import OptimizerOptions
 from inference_core.seeding import derive_seed
@@ -100,16 +102,38 @@ def whitened_view(target: Target, options: GenerativeOptions, seed: int, device:
     sds off (its L-BFGS paths stop short there, fixed by Pathfinder's Newton steps). Whitened, GPVI now starts
     at the Pathfinder Gaussian (λ = 1, g's output layer zero: f(z) = z), and with the Newton steps the same 1,000
     steps give 0.05/0.04, 0.13/0.12, 0.06/0.03 (seed 0; seeds 1-2 at most 0.13/0.16), AR(2) and both mixtures
-    ≤ 0.05/0.04. The funnel and the centred eight schools stay out of reach (0.66/1.12, 9.2/1.4)."""
+    ≤ 0.05/0.04. The funnel and the centred eight schools stayed out of reach (0.66/1.12, 9.2/1.4): no single
+    Gaussian whitens them. There `precondition: "auto"` goes on through `auto`'s flow (`flow_view`)."""
     mode = getattr(options, "precondition", "none")
-    if mode == "auto":
-        mode = "none" if getattr(target, "initial_particles", None) is not None else "pathfinder"
+    if mode == "auto" and getattr(target, "initial_particles", None) is not None:
+        mode = "none"
     if mode == "none":
         return target
+    dtype = DTYPES[options.dtype]
     found = pathfinder(target, generator=torch.Generator().manual_seed(derive_seed(seed, STREAM_PRECONDITION)),
-                       dtype=DTYPES[options.dtype], device=device, **PathfinderOptions().model_dump())
-    return WhitenedTarget(target, found.best.mean.to(device=device, dtype=torch.float64),
-                          found.best.root.to(device=device, dtype=torch.float64))
+                       dtype=dtype, device=device, **PathfinderOptions().model_dump())
+    whitened = WhitenedTarget(target, found.best.mean.to(device=device, dtype=torch.float64),
+                              found.best.root.to(device=device, dtype=torch.float64))
+    if mode == "auto":
+        mode = "flow" if flow_wanted(target, found, seed, dtype, device) else "pathfinder"
+    if mode == "pathfinder":
+        return whitened
+    view = fit_view_flow(whitened, options.flow, seed, device, torch.float64)[0]  # fitted in float64, as by `auto`
+    view.flow.to(dtype)
+    return view
+
+
+def flow_wanted(target: Target, found: PathfinderResult, seed: int, dtype: torch.dtype, device: torch.device) -> bool:
+    """`auto`'s rule for its flow with `auto`'s defaults (methods/auto/transport.py): Pathfinder's paths settle at
+    no mode or end far apart, or its Gaussian misses mass by the importance check (`AutoOptions.khat_draws` draws);
+    and, where `auto` starts its particles in the modes' shares instead (methods/auto/modes.py), wherever the
+    paths settled in separated modes: a generator from one Gaussian's whitening spreads over both or keeps one."""
+    rule = AutoOptions()
+    if paths_need_flow(found, rule.flow_above) or len(distinct_modes(found)) > 1:
+        return True
+    check = importance_check(target, found.best, rule.khat_draws,
+                             torch.Generator().manual_seed(derive_seed(seed, STREAM_PRECONDITION, 1)), dtype, device)
+    return misses_mass(check, rule)
 
 
 class GenerativeMethod(Method):
@@ -220,7 +244,9 @@ class GenerativeMethod(Method):
         return {"step_time_s": time.perf_counter() - started, "lambda": self.network.lam_float(), **info}
 
     def to_target(self, u: Tensor) -> Tensor:
-        """Generator outputs → the target's coordinates (the identity unless trained whitened)."""
+        """Generator outputs → the target's coordinates (the identity unless trained whitened or in a flow)."""
+        if isinstance(self.view, FlowTarget):
+            return self.view.base.to_target(self.view.to_target(u))
         return self.view.to_target(u) if isinstance(self.view, WhitenedTarget) else u
 
     def particles(self) -> Tensor:
@@ -229,9 +255,11 @@ class GenerativeMethod(Method):
     def sampler(self) -> Sampler:
         describe = getattr(self.target, "describe_layout", None)
         layout = describe() if callable(describe) else None
-        affine = (self.view.shift, self.view.root) if isinstance(self.view, WhitenedTarget) else None
+        flow = self.view.flow if isinstance(self.view, FlowTarget) else None
+        whitened = self.view.base if flow is not None else self.view
+        affine = (whitened.shift, whitened.root) if isinstance(whitened, WhitenedTarget) else None
         return Sampler.from_generator(self.network, method=self.name, target_kind=self.target.kind, layout=layout,
-                                      model=predictive_model(self.target), affine=affine)
+                                      model=predictive_model(self.target), affine=affine, flow=flow)
 
     # ---- checkpoints ---------------------------------------------------------------------------------
 
