@@ -187,7 +187,7 @@ def report(results: dict[str, Any], methods: list[str]) -> str:
         "3,000 as its upper bound and NUTS runs its 4 default chains for 1,000 warm-up + 1,000 kept transitions each "
         "and is scored on all 4,000 draws (its grads are the 4 chains' total); `auto_flow`, where shown, is `auto` "
         "with `transport: \"flow\"` forced on every problem (`auto`'s default fits the flow only where Pathfinder's "
-        "paths end far apart). Each cell: worst |Δmean|/sd_ref over the "
+        "paths settle at no mode or end far apart, or its Gaussian misses mass). Each cell: worst |Δmean|/sd_ref over the "
         "parameters / worst |log(sd/sd_ref)|, ✓ when both are within the bars "
         f"(≤ {MEAN_BAR} and ≤ {LOG_SD_BAR}), ✗ otherwise or when the job failed; then gradient evaluations "
         "(`grad_evals` of the job's final metrics, n/a when the method does not report it) and the job's wall time. "
@@ -232,6 +232,8 @@ def report(results: dict[str, Any], methods: list[str]) -> str:
     flagged = [p for p in problems().values() if p.flagged]
     if flagged:
         lines += ["", *[f"Flagged: {p.name}: {p.flagged}." for p in flagged]]
+    # what the saved cells cannot say themselves (kept in the results file beside them, written by hand)
+    lines += [line for note in results.get("notes", []) for line in ("", note)]
     return "\n".join(lines) + "\n"
 
 

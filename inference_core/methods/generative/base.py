@@ -118,9 +118,10 @@ def whitened_view(target: Target, options: GenerativeOptions, seed: int, device:
         mode = "flow" if flow_wanted(target, found, seed, dtype, device) else "pathfinder"
     if mode == "pathfinder":
         return whitened
-    view = fit_view_flow(whitened, options.flow, seed, device, torch.float64)[0]  # fitted in float64, as by `auto`
-    view.flow.to(dtype)
-    return view
+    # fitted in float64, as by `auto` (the target still evaluated in the job's dtype), then trained in the job's
+    evaluated = WhitenedTarget(target, whitened.shift, whitened.root, evaluate_in=dtype)
+    flow = fit_view_flow(evaluated, options.flow, seed, device, torch.float64)[0].flow
+    return FlowTarget(whitened, flow.to(dtype))
 
 
 def flow_wanted(target: Target, found: PathfinderResult, seed: int, dtype: torch.dtype, device: torch.device) -> bool:

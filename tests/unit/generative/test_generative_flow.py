@@ -116,3 +116,17 @@ def test_a_gaussian_keeps_the_linear_whitening() -> None:
     method = build_method(validate_job_spec({"method": "gpvi", "seed": 0, "num_particles": 16, "steps": 1,
                                              "target": target}))
     assert type(method.view) is WhitenedTarget and method.sampler().config["generator"]["flow"] is None
+
+
+def test_the_flow_fits_in_float64_to_a_float32_data_target() -> None:
+    """The hierarchical logistic regression (breast-cancer data, float32 in a float32 job): Pathfinder's Gaussian
+    misses mass, so `auto` fits the flow, in float64 with the target evaluated in float32 (before, the job failed
+    with a dtype mismatch), and the generator trains in float32 through it."""
+    from benchmarks.robustness.problems import problems
+
+    spec = {"method": "gpvi", "seed": 0, "num_particles": 16, "steps": 2, "target": problems()["hierarchical_logistic"]
+            .target_spec(), "options": {"flow": {"steps": 5, "batch": 8}}}
+    result = run(spec)
+    view = result.method.view
+    assert isinstance(view, FlowTarget) and next(view.flow.parameters()).dtype == torch.float32
+    assert bool(torch.isfinite(result.method.sampler().sample(64, 0)).all())
