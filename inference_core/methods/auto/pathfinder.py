@@ -8,10 +8,11 @@ at the end, and the ELBO picks them.
 
 Our choice for Σ [differs from the paper]: the paper's Σ is the L-BFGS inverse-Hessian factor (a diagonal
 plus 2J columns, J = 6 pairs), at every point of the path; ours is the inverse of a central finite-difference
-Hessian of the score at up to `max_candidates` points of the path, spaced evenly in log(1 + iteration) (one batched call of 2d rows each). For the dimensions `auto` is meant
-for (d ≤ a few hundred) this costs a few hundred gradients more and gets every coordinate's scale of a badly
-scaled posterior, which six pairs cannot. Directions of negative curvature (off the mode) take |λ| and every
-eigenvalue a floor (a saddle-free Newton step, Dauphin et al. 2014), so Σ is always positive definite.
+Hessian of the score at up to `max_candidates` points of the path, spaced evenly in log(1 + iteration) (one
+batched call of 2d rows each). For the dimensions `auto` is meant for (d ≤ a few hundred) this costs a few
+hundred gradients more and gets every coordinate's scale of a badly scaled posterior, which six pairs cannot.
+Directions of negative curvature (off the mode) take |λ| and every eigenvalue a floor (a saddle-free Newton
+step, Dauphin et al. 2014), so Σ is always positive definite.
 
 Newton refinement [our addition]: L-BFGS with six pairs crawls on a badly conditioned posterior (a regression
 on collinear features: after 1,000 iterations its best Gaussian was still 0.9 posterior sds from the mean, and
