@@ -146,7 +146,7 @@ class GPVIOptions(KernelGenerativeOptions):
         "6 of the 8 problems with d ≤ 20 within issue 14's bars, about 10× faster per step than 'pairwise'); "
         "'pairwise' is the paper's")
     helper_network: HelperOptions = Field(default_factory=HelperOptions)
-    precondition: Literal["none", "pathfinder", "auto"] = Field(
+    precondition: Literal["none", "pathfinder", "flow", "auto"] = Field(
         default="auto", description="see GenerativeOptions; 'auto' whitens (through the flow where Pathfinder says "
         "one is needed) unless the target has its own init")
 

@@ -130,3 +130,25 @@ def test_the_flow_fits_in_float64_to_a_float32_data_target() -> None:
     view = result.method.view
     assert isinstance(view, FlowTarget) and next(view.flow.parameters()).dtype == torch.float32
     assert bool(torch.isfinite(result.method.sampler().sample(64, 0)).all())
+
+
+def test_a_resumed_job_refits_the_same_flow_and_goes_on_as_one_run() -> None:
+    """A resumed job rebuilds its view (Pathfinder and the flow's fit, from the job's seed streams) before loading
+    the generator's state: 3 steps, a checkpoint, 3 more give the draws of 6 steps in one go."""
+    from benchmarks.robustness.problems import problems
+
+    spec = validate_job_spec({"method": "gpvi", "seed": 1, "num_particles": 16, "steps": 6,
+                              "target": problems()["eight_schools_centered"].target_spec(),
+                              "options": {"precondition": "flow", "flow": {"steps": 30, "batch": 16}}})
+    whole = build_method(spec)
+    for _ in range(6):
+        whole.step()
+    first = build_method(spec)
+    for _ in range(3):
+        first.step()
+    resumed = build_method(spec)
+    resumed.load_state_dict(first.state_dict())
+    for _ in range(3):
+        resumed.step()
+    assert isinstance(resumed.view, FlowTarget)
+    assert torch.equal(resumed.sampler().sample(64, 0), whole.sampler().sample(64, 0))
