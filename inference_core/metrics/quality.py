@@ -21,7 +21,8 @@ General to every method whose draws live in the target's space (particles, or a 
   `gpvi`'s fits of the suite reach at most Δ = 17 against 24.
 
 The three checks run where `method.diagnostic_coordinates()` puts the draws (`checked_in`): the target's own
-coordinates, or for `auto` those its particles move in, the target pulled back through its whitening and flow
+coordinates, or for `auto` those its particles move in (for a generator trained through the flow, the flow's
+latent space), the target pulled back through its whitening and flow
 (log p_z = log p(T(z)) + log|det ∂T/∂z|, an exact change of variables, so the draws fit p_z exactly when they fit
 p). The Stein ratio's rms and the stranded gaps are the same in any affine coordinates (the per-direction ratios
 are taken in a rotated basis); through a flow they are not, and

@@ -253,6 +253,13 @@ class GenerativeMethod(Method):
     def particles(self) -> Tensor:
         return self.to_target(self.last_batch)
 
+    def diagnostic_coordinates(self) -> tuple[Tensor, Target, str]:
+        """Through a flow, the quality checks run where the generator's draws live, the flow's latent space, with
+        the target pulled back there (as `auto`'s: a funnel's exact draws look stranded in x, metrics.quality)."""
+        if isinstance(self.view, FlowTarget):
+            return self.last_batch, self.view, "flow_latent"
+        return super().diagnostic_coordinates()
+
     def sampler(self) -> Sampler:
         describe = getattr(self.target, "describe_layout", None)
         layout = describe() if callable(describe) else None

@@ -96,6 +96,8 @@ def test_gpvi_auto_takes_the_flow_on_a_funnel_and_starts_at_its_draws() -> None:
     method = build_method(validate_job_spec(spec))
     view = method.view
     assert isinstance(view, FlowTarget) and method.network.lam_float() == 1.0
+    draws, pulled_back, checked_in = method.diagnostic_coordinates()  # the quality block checks in the latent space
+    assert checked_in == "flow_latent" and pulled_back is view and draws is method.last_batch
     sampler = method.sampler()
     assert sampler.config["generator"]["flow"] == {"layers": 8, "hidden": 64}
     z = sampler.sample_noise(256, 0)
@@ -116,6 +118,7 @@ def test_a_gaussian_keeps_the_linear_whitening() -> None:
     method = build_method(validate_job_spec({"method": "gpvi", "seed": 0, "num_particles": 16, "steps": 1,
                                              "target": target}))
     assert type(method.view) is WhitenedTarget and method.sampler().config["generator"]["flow"] is None
+    assert method.diagnostic_coordinates()[2] == "target"
 
 
 def test_the_flow_fits_in_float64_to_a_float32_data_target() -> None:
