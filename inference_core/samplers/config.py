@@ -56,7 +56,7 @@ Activation = Literal["relu", "tanh", "sigmoid", "softplus", "elu", "leaky_relu",
 class FlowConfig(StrictModel):
     """A normalising flow between the generator and the affine output (`precondition: "flow"`): x = shift +
     root·T(f(z)), T a stack of `layers` affine couplings whose nets have two hidden layers of `hidden`
-    (methods.auto.transport.CouplingFlow; its tensors are "flow.layers.{l}.mask" and "flow.layers.{l}.net.{0,2,4}
+    (inference_core.coupling.CouplingFlow; its tensors are "flow.layers.{l}.mask" and "flow.layers.{l}.net.{0,2,4}
     .{weight,bias}")."""
 
     layers: int = Field(ge=1, le=64)

@@ -33,13 +33,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
 
-from inference_core.coupling import FLOW_PREFIX, CouplingFlow
+from inference_core.coupling import CouplingFlow
 from inference_core.networks import ACTIVATIONS, activation_slope
-from inference_core.samplers.generator import generator_forward
+from inference_core.samplers.generator import generator_forward, has_flow
 
 #: largest noise prefix k whose k × k Jacobian blocks are formed (k³ per draw for the log-determinant)
 MAX_JACOBIAN_K = 1024
@@ -92,9 +93,11 @@ def top_block_jacobians(hidden: list[tuple[Tensor, Tensor]], top_weight: Tensor,
 
 
 def generator_log_abs_det(tensors: dict[str, Tensor], z: Tensor, *, input_dim: int, n_hidden: int,
-                          activation: str, lam: float, output_dim: int) -> tuple[Tensor, Tensor]:
+                          activation: str, lam: float, output_dim: int,
+                          flow: CouplingFlow | None = None) -> tuple[Tensor, Tensor]:
     """(log|det ∂x/∂z|, sign of det ∂x/∂z) per row of z [n, noise_dim], float64 (module docstring). Raises
-    DensityUnavailable when the generator maps to a lower-dimensional set (λ = 0 and k < d)."""
+    DensityUnavailable when the generator maps to a lower-dimensional set (λ = 0 and k < d). `flow`: the
+    tensors' flow already built in float64, if they hold one (else it is built here)."""
     k, d = input_dim, output_dim
     if lam == 0.0 and k != d:
         raise DensityUnavailable(f"a generator with lambda = 0 and noise width k = {k} < d = {d} puts its draws "
@@ -119,17 +122,17 @@ def generator_log_abs_det(tensors: dict[str, Tensor], z: Tensor, *, input_dim: i
     logabs = torch.where(sign == 0, torch.full_like(logabs, -math.inf), logabs)
     if lam != 0.0 and d > k:
         logabs = logabs + (d - k) * math.log(lam)
-    if FLOW_PREFIX + "layers.0.mask" in params:  # T's log-det at f(z): the flow is a diffeomorphism, sign +
+    if has_flow(params):  # T's log-det at f(z): the flow is a diffeomorphism, sign +
         out = generator_forward(params, z.detach().to(device="cpu", dtype=torch.float64), input_dim=k,
                                 n_hidden=n_hidden, activation=activation, lam=lam, output_map=False)
-        logabs = logabs + CouplingFlow.from_tensors(params)(out)[1]
+        logabs = logabs + (flow if flow is not None else CouplingFlow.from_tensors(params))(out)[1]
     if "affine.root" in params:
         root_sign, root_logabs = torch.linalg.slogdet(params["affine.root"])
         logabs, sign = logabs + root_logabs, sign * root_sign
     return logabs, sign
 
 
-def generator_density(tensors: dict[str, Tensor], z: Tensor, **structure: int | float | str) -> Density:
+def generator_density(tensors: dict[str, Tensor], z: Tensor, **structure: Any) -> Density:
     """log q(f(z)) = log N(z; 0, I) − log|det ∂f/∂z| (float64 per row) and the orientation (module docstring)."""
     logabs, sign = generator_log_abs_det(tensors, z, **structure)  # type: ignore[arg-type]
     return Density(standard_normal_log_prob(z) - logabs, sign)

@@ -53,11 +53,16 @@ def mlp_features(params: Sequence[tuple[Tensor, Tensor]], u: Tensor, activation:
     return out
 
 
+def has_flow(tensors: dict[str, Tensor]) -> bool:
+    return FLOW_PREFIX + "layers.0.mask" in tensors
+
+
 def generator_forward(tensors: dict[str, Tensor], z: Tensor, *, input_dim: int, n_hidden: int,
-                      activation: str, lam: float | Tensor, output_map: bool = True) -> Tensor:
+                      activation: str, lam: float | Tensor, output_map: bool = True,
+                      flow: CouplingFlow | None = None) -> Tensor:
     """f(z) = W φ(z[:, :k]) + b + λz (λ·z only when λ ≠ 0, and then z has the output's width); then, unless
-    `output_map` is False, the flow T when the tensors hold one ("flow.*") and shift + root·(…) when they hold an
-    affine output ("affine.shift", "affine.root")."""
+    `output_map` is False, the flow T when the tensors hold one ("flow.*"; `flow`, when given, is it already built:
+    a sampler builds it once) and shift + root·(…) when they hold an affine output ("affine.shift", "affine.root")."""
     hidden = [(tensors[f"hidden.{i}.weight"], tensors[f"hidden.{i}.bias"]) for i in range(n_hidden)]
     features = mlp_features(hidden, z[:, :input_dim], activation)
     out = torch.nn.functional.linear(features, tensors["output.weight"], tensors["output.bias"])
@@ -65,8 +70,10 @@ def generator_forward(tensors: dict[str, Tensor], z: Tensor, *, input_dim: int, 
         out = out + lam * z
     if not output_map:
         return out
-    if FLOW_PREFIX + "layers.0.mask" in tensors:
-        out = CouplingFlow.from_tensors(tensors)(out)[0]
+    if flow is None and has_flow(tensors):
+        flow = CouplingFlow.from_tensors(tensors)
+    if flow is not None:
+        out = flow(out)[0]
     if "affine.root" in tensors:
         out = torch.addmm(tensors["affine.shift"], out, tensors["affine.root"].T)
     return out

@@ -111,7 +111,7 @@ def export_onnx(config: dict[str, Any], tensors: dict[str, Tensor]) -> bytes:
 
 def _coupling_nodes(helper: Any, const: Any, tensors: dict[str, Tensor], x: str, out: str,
                     layers: int) -> tuple[list[Any], list[Any]]:
-    """The flow T of `methods.auto.transport.CouplingFlow` from `x` to `out`, layer by layer: h = x·m; [s | t] =
+    """The flow T of `inference_core.coupling.CouplingFlow` from `x` to `out`, layer by layer: h = x·m; [s | t] =
     net(h) (Gemm, Tanh, Gemm, Tanh, Gemm); s = (1 − m)·B·tanh(s/B), t = (1 − m)·t; x ← x·exp(s) + t."""
     from inference_core.coupling import FLOW_PREFIX, SCALE_BOUND
 

@@ -63,6 +63,11 @@ class Sampler(FrozenSampler):
         if parsed.generator.flow is None:
             self._config["generator"].pop("flow")
         self._tensors = frozen
+        #: the flow between generator and affine map, built once (float32 for draws, float64 for densities)
+        self._flow = self._flow64 = None
+        if parsed.generator.flow is not None:
+            self._flow = CouplingFlow.from_tensors(frozen)
+            self._flow64 = CouplingFlow.from_tensors({name: value.double() for name, value in frozen.items()})
 
     # ---- construction ----------------------------------------------------------------------------------
 
@@ -126,7 +131,7 @@ class Sampler(FrozenSampler):
         with torch.no_grad():
             return generator_forward(self._tensors, z.to(device="cpu", dtype=torch.float32), input_dim=gen.input_dim,
                                      n_hidden=len(gen.hidden), activation=gen.activation,
-                                     lam=float(torch.tensor(gen.lam, dtype=torch.float32)))
+                                     lam=float(torch.tensor(gen.lam, dtype=torch.float32)), flow=self._flow)
 
     def density(self, z: Tensor) -> Density:
         """log q(f(z)) [n] in float64 for noise z [n, noise_dim] and the orientation of f there
@@ -136,7 +141,7 @@ class Sampler(FrozenSampler):
         gen = self._parsed.generator
         return generator_density(self._tensors, z, input_dim=gen.input_dim, n_hidden=len(gen.hidden),
                                  activation=gen.activation, lam=float(torch.tensor(gen.lam, dtype=torch.float32)),
-                                 output_dim=gen.output_dim)
+                                 output_dim=gen.output_dim, flow=self._flow64)
 
     def log_q(self, z: Tensor) -> Tensor:
         """log q(f(z)) [n], float64 (see `density`)."""
