@@ -26,7 +26,7 @@
    particle sd) moved less than `tol` over a doubling window (steps t/2 to t, t = 25·2^k or 75·2^k); `steps` is
    the upper bound.
 6. Transport (`transport`; `transport.py`): where Pathfinder's paths end far apart (more than `flow_above` = 10 of
-   its sds: no single mode to whiten around) or none of them settled at a mode (log p still rising at their last
+   its sds: no single mode to whiten around; unless they settled at separated modes, point 9) or none of them settled at a mode (log p still rising at their last
    iteration: a funnel's neck, where the density grows without bound), a normalising flow fitted by reverse KL (NeuTra,
    Hoffman et al. 2019) goes between the Pathfinder whitening and SVGD's own, so x = μ + R·T(z) and the particles
    live in z. Measured on the robustness suite: no path of the funnel or centred eight schools settles (seeds 0-1),
@@ -63,7 +63,11 @@
    (linear transport), since SVGD keeps the shares it starts with; the quality block compares the shares they end
    with (`mode_weights`). Measured on 0.3·N(m₁, I) + 0.7·N(m₂, I), d = 10, |m₁ − m₂| = 5, seeds 0-1: all particles
    from the best Gaussian put 98 % in one mode (means 0.5 sds off, called `good`); in the masses, 0.02-0.04 /
-   0.04-0.07. Modes that no path reaches stay unseen (docs/method-choice.md).
+   0.04-0.07. With separated modes the re-whitening (point 4) uses the modes' pooled spread, and the herding of
+   point 7 runs within each mode, in its share. Modes that no path reaches stay unseen; after the starts' paths,
+   16 short probes around the best mode look for more (`pathfinder.probe_modes`): without them the suite's
+   mixture_unequal_10 missed the heavy mode on 11 of seeds 0-19 (called `good`), with them on none
+   (docs/method-choice.md).
 
 10. Tails (`tails.py`): where no flow is fitted, the log-density's decay along rays from Pathfinder's mean (the
    whitened axes at 4, 8 and 16 sds, and 16 random directions) tells power-law tails from light ones; where it falls
@@ -97,7 +101,14 @@ from inference_core.kernels import kernel_from_options
 from inference_core.kernels.bandwidth import AUTO_EXACT_MAX_N, MedianRule, ScaledRule
 from inference_core.methods.auto.chains import LatentChains
 from inference_core.methods.auto.herding import kernel_herding
-from inference_core.methods.auto.modes import Modes, distinct_modes, mode_shares, start_in_modes
+from inference_core.methods.auto.modes import (
+    Modes,
+    distinct_modes,
+    mode_counts,
+    mode_groups,
+    mode_shares,
+    start_in_modes,
+)
 from inference_core.methods.auto.pathfinder import PathfinderResult, importance_check, pathfinder
 from inference_core.methods.auto.tails import TailProbe, probe_tails
 from inference_core.methods.auto.transport import FlowTarget, fit_view_flow, misses_mass, paths_need_flow
@@ -250,8 +261,12 @@ class Auto(Method):
         start = per_particle_normal(seed, self.ensemble_size, d, torch.float64)
         #: separated modes that Pathfinder's paths settled at, with their masses (point 9, `modes.py`)
         self.modes: Modes = distinct_modes(found)
+        #: with separated modes, the rows of the ensemble started in each (consecutive): re-whitened by the modes' own
+        #: pooled spread (`_adapt`) and herded in their shares (`herd`)
+        self.mode_groups: list[Tensor] | None = None
         if len(self.modes) > 1 and self.transport == "linear":  # the starts in the modes' shares, whitened
             start = found.best.standardize(start_in_modes(self.modes, start))
+            self.mode_groups = mode_groups(mode_counts(self.modes.weights, self.ensemble_size), device)
         start = start.to(device=device, dtype=self.dtype)
         start, self.redrawn = redraw_nonfinite(target, start, draw, options.start_retries, self.to_target)
         self.u = start.requires_grad_(True)
@@ -299,8 +314,18 @@ class Auto(Method):
         if self.ensemble_size == self.num_particles:
             return u
         if self._herded is None or self._herded[0] != self.step_count:
-            self._herded = (self.step_count, kernel_herding(u, self.num_particles))
+            self._herded = (self.step_count, self.herd(u))
         return u[self._herded[1]]
+
+    def herd(self, u: Tensor) -> Tensor:
+        """Indices of num_particles rows of the ensemble u by kernel herding; with separated modes, herded within
+        each mode's group, in the groups' shares (one kernel over the modes weighs them by its own geometry)."""
+        if self.mode_groups is None:
+            return kernel_herding(u, self.num_particles)
+        sizes = torch.tensor([float(rows.numel()) for rows in self.mode_groups])
+        counts = mode_counts(sizes / sizes.sum(), self.num_particles)
+        return torch.cat([rows[kernel_herding(u[rows], count)] for rows, count in zip(self.mode_groups, counts,
+                                                                                       strict=True) if count])
 
     def diagnostic_coordinates(self) -> tuple[Tensor, Target, str]:
         """The quality checks run where the particles move (Method.diagnostic_coordinates): the target seen through
@@ -377,6 +402,14 @@ class Auto(Method):
         # raw covariance towards its diagonal would distort it by orders of magnitude
         u = self.u.detach().double()
         centre, chol = shrunk_moments(u)
+        if self.mode_groups is not None:
+            # the modes' own spread, pooled: the spread between them would whiten each mode to a sliver along the
+            # gap, where a step of `lr` whitened units crosses to the other mode (two unit Gaussians 10 apart, d = 4,
+            # masses 0.5 / 0.5, seeds 1-2: shares 0.72 / 0.28 and 1.0 / 0.0 at the end, from starts in the right
+            # shares, 0.45 and 0.98 sds off; pooled, 0.5 / 0.5 and 0.01-0.02 / 0.02. A kernel per mode instead
+            # let the light mode's particles leak into the heavy one where the modes overlap: the suite's
+            # mixture_unequal_10, seeds 0-19, worst 0.14 in a mean against 0.06)
+            _, chol = shrunk_moments(torch.cat([u[rows] - u[rows].mean(0) for rows in self.mode_groups]))
         if chol is None:
             return
         u = torch.linalg.solve_triangular(chol, (u - centre).T, upper=False).T
@@ -465,6 +498,7 @@ class Auto(Method):
             "start_disagreement_sd": disagreement,
             "start_outside_sd": outside,
             "unsettled_paths": int((~settled).sum()),
+            "probed_modes": self.found.probed_modes,
             "mode_weights": [round(float(w), 4) for w in self.modes.weights],
             "mode_shares": [round(float(f), 4) for f in shares],
             "pathfinder_khat": self.khat,

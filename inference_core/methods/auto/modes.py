@@ -20,11 +20,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from inference_core.methods.auto.pathfinder import Gaussian, PathfinderResult
-
-#: two settled paths ended at different modes when each end lies farther than this from the other, in Mahalanobis
-#: sds of the other path's Gaussian: closer modes exchange particles through SVGD's kernel on their own
-SEPARATION_SD = 3.0
+from inference_core.methods.auto.pathfinder import Gaussian, PathfinderResult, separated
 
 
 @dataclass
@@ -45,18 +41,12 @@ def distinct_modes(found: PathfinderResult) -> Modes:
                if ok and math.isfinite(g.elbo)]  # an ELBO of −inf (no finite draw) gives no mass to weigh
     kept: list[tuple[Gaussian, Tensor]] = []
     for gaussian, end in sorted(settled, key=lambda pair: pair[0].elbo, reverse=True):
-        if all(_separated(gaussian, end, other, other_end) for other, other_end in kept):
+        if all(separated(gaussian, end, other, other_end) for other, other_end in kept):
             kept.append((gaussian, end))
     if len(kept) < 2:
         return Modes([found.best], torch.ones(1, dtype=torch.float64))
     elbos = torch.tensor([g.elbo for g, _ in kept], dtype=torch.float64)
     return Modes([g for g, _ in kept], torch.softmax(elbos, 0))
-
-
-def _separated(a: Gaussian, a_end: Tensor, b: Gaussian, b_end: Tensor) -> bool:
-    """The two ends farther apart than SEPARATION_SD in both paths' Gaussians' sds."""
-    ends = torch.stack([a_end, b_end])
-    return all(float(torch.diff(g.standardize(ends), dim=0).norm()) > SEPARATION_SD for g in (a, b))
 
 
 def mode_counts(weights: Tensor, n: int) -> list[int]:
@@ -66,6 +56,12 @@ def mode_counts(weights: Tensor, n: int) -> list[int]:
     for index in torch.argsort(exact - counts, descending=True)[: n - int(counts.sum())]:
         counts[index] += 1
     return [int(c) for c in counts]
+
+
+def mode_groups(counts: list[int], device: torch.device | None = None) -> list[Tensor]:
+    """The row indices of each mode's consecutive block of `counts` rows (the order `start_in_modes` draws them)."""
+    ends = torch.tensor(counts).cumsum(0).tolist()
+    return [torch.arange(end - count, end, device=device) for count, end in zip(counts, ends, strict=True)]
 
 
 def start_in_modes(modes: Modes, eps: Tensor) -> Tensor:

@@ -238,3 +238,60 @@ def test_on_centred_eight_schools_pathfinder_picks_the_bulk_not_the_neck() -> No
         assert not any(found.settled)
         off = abs(float(found.best.mean[log_tau]) - reference["mean"][log_tau]) / reference["sd"][log_tau]
         assert off < 4, (seed, float(found.best.mean[log_tau]))  # the neck: 13 sds off
+
+
+class UnequalModes(Target):
+    """0.3·N(0, I) + 0.7·N(m, I), m = 5·e₁ (d = 6): each mode's Gaussian is its component to e^−12."""
+
+    dim = 6
+    light = 0.3
+
+    def __init__(self) -> None:
+        self.far = torch.zeros(self.dim, dtype=torch.float64)
+        self.far[0] = 5.0
+
+    def log_prob(self, x, batch=None):
+        near = math.log(self.light) - 0.5 * x.square().sum(-1)
+        far = math.log(1 - self.light) - 0.5 * (x - self.far.to(x)).square().sum(-1)
+        return torch.logaddexp(near, far)
+
+
+def test_probes_find_the_mode_that_no_start_reached() -> None:
+    """One start at the light mode (start_scale 0.1): without probes Pathfinder knows only that mode; with them a
+    probe settles at the heavy one, which becomes a path of its own, its Gaussian N(m, I) and its ELBO about the
+    log mass of its component, so the two ELBOs differ by about log(0.7/0.3) and the heavy mode's Gaussian is the best."""
+    target = UnequalModes()
+    settings = dict(starts=1, start_scale=0.1, max_iters=200, history=6, tol=1e-12, max_candidates=5,
+                    elbo_draws=32, newton_steps=10)
+    alone = pathfinder(target, generator=torch.Generator().manual_seed(0), probes=0, **settings)
+    assert alone.probed_modes == 0 and len(alone.per_start) == 1
+    assert float(alone.best.mean.norm()) < 1e-3  # the light mode (moved 4e-5 by the heavy one's tail)
+    found = pathfinder(target, generator=torch.Generator().manual_seed(0), probes=16, **settings)
+    assert found.probed_modes == 1 and len(found.per_start) == 2 and found.settled == [True, True]
+    assert found.per_start[0].mean.tolist() == alone.per_start[0].mean.tolist()  # the start's path is unchanged
+    heavy = found.per_start[1]
+    assert float((heavy.mean - target.far).abs().max()) < 1e-3 and found.best is heavy
+    torch.testing.assert_close(heavy.root @ heavy.root.T, torch.eye(6, dtype=torch.float64), rtol=0, atol=1e-4)
+    # each ELBO is its component's log mass plus E_q log(1 + the other's density ratio), which the light mode's
+    # draws towards the heavy one raise a little (0.78 against 0.85 here, 32 draws)
+    assert abs(heavy.elbo - found.per_start[0].elbo - math.log(0.7 / 0.3)) < 0.1
+    assert found.grad_evals > alone.grad_evals
+
+
+def test_probes_add_no_path_on_one_mode_and_none_run_down_a_neck() -> None:
+    """On a badly scaled Gaussian the probes (in the best Gaussian's whitened coordinates) settle back at the mode
+    in a few iterations each and add nothing; down a funnel's neck no path settled, and no probe runs."""
+    target = rotated(8, span=1.5)
+    settings = dict(starts=2, start_scale=2.0, max_iters=2000, history=6, tol=1e-12, max_candidates=5,
+                    elbo_draws=32, newton_steps=10)
+    alone = pathfinder(target, generator=torch.Generator().manual_seed(0), probes=0, **settings)
+    probed = pathfinder(target, generator=torch.Generator().manual_seed(0), probes=16, **settings)
+    assert probed.probed_modes == 0 and len(probed.per_start) == 2
+    assert [g.mean.tolist() for g in probed.per_start] == [g.mean.tolist() for g in alone.per_start]
+    assert 0 < probed.grad_evals - alone.grad_evals < 16 * 20  # whitened: each probe a few iterations
+    neck = dict(starts=2, start_scale=2.0, max_iters=100, history=6, tol=1e-9, max_candidates=5, elbo_draws=32,
+                newton_steps=10)
+    funnel = [pathfinder(Funnel(10), generator=torch.Generator().manual_seed(0), probes=probes, **neck)
+              for probes in (0, 16)]
+    assert not any(funnel[1].settled) and funnel[1].probed_modes == 0
+    assert funnel[1].grad_evals == funnel[0].grad_evals
