@@ -47,3 +47,20 @@ def test_gpvi_defaults_meet_the_bars(name: str) -> None:
     draws = result.method.sampler().sample(2000, 0).double().numpy()
     scored = score(draws, reference["mean"], reference["sd"], problem.param_names)
     assert scored["mean_error"] <= MEAN_BAR and scored["log_sd_error"] <= LOG_SD_BAR, scored
+
+
+def test_auto_finds_the_mode_that_no_start_reached() -> None:
+    """`mixture_unequal_10`, seed 2: none of Pathfinder's four paths reaches the heavy mode (0.7 of the mass), and
+    without the probes `auto` put every particle in the light one, 0.50 sds off in a mean and called `good`. A
+    probe finds it (`probed_modes`), the particles start in both modes' masses, and the run meets the bars."""
+    problem = suite.problems()["mixture_unequal_10"]
+    reference = load_reference("mixture_unequal_10")
+    spec = {"method": "auto", "seed": 2, "steps": 1000, "target": problem.target_spec()}
+    result = run(spec)
+    scored = score(result.particles.double().numpy(), reference["mean"], reference["sd"], problem.param_names)
+    assert scored["mean_error"] <= MEAN_BAR and scored["log_sd_error"] <= LOG_SD_BAR, scored
+    assert result.quality["probed_modes"] == 1 and sorted(result.quality["mode_weights"])[1] > 0.65, result.quality
+    alone = run({**spec, "options": {"pathfinder": {"probes": 0}}})
+    assert alone.quality["mode_weights"] == [1.0]  # the failure the probes fix: one mode seen
+    missed = score(alone.particles.double().numpy(), reference["mean"], reference["sd"], problem.param_names)
+    assert missed["mean_error"] > 0.3, missed

@@ -7,7 +7,13 @@ import math
 
 import torch
 
-from inference_core.methods.auto.modes import distinct_modes, mode_counts, mode_shares, start_in_modes
+from inference_core.methods.auto.modes import (
+    distinct_modes,
+    mode_counts,
+    mode_groups,
+    mode_shares,
+    start_in_modes,
+)
 from inference_core.methods.auto.pathfinder import Gaussian, PathfinderResult
 
 
@@ -54,3 +60,5 @@ def test_start_splits_by_largest_remainders_and_shares_count_nearest_modes() -> 
     x = start_in_modes(modes, eps)
     assert bool((x[:300, 0] > 5).all()) and bool((x[300:, 0] < 5).all())  # 300 from the heavier mode, then 100
     torch.testing.assert_close(mode_shares(modes, x), torch.tensor([0.75, 0.25], dtype=torch.float64))
+    heavy, light = mode_groups(mode_counts(modes.weights, 400))  # the rows each mode's start block holds
+    assert heavy.tolist() == list(range(300)) and light.tolist() == list(range(300, 400))
