@@ -21,6 +21,10 @@ saddle-free Newton steps x ← x + Σ∇log p from the Hessian the candidates us
 Near a mode they converge in a few steps and the path's last candidate is the Laplace approximation; off a
 mode (no mode: a funnel) they are one more stretch of the path, and the ELBO still chooses among them all.
 
+Probes [our addition]: a mode that no start's path reaches stays unseen, and SVGD cannot find it later. After the
+paths, short L-BFGS runs from points a few sds around the best settled mode, in its whitened coordinates (cheap
+whatever the scales), look for other modes; each one found becomes a path (`probe_modes`).
+
 Everything here is float64 arithmetic on top of the target's own dtype; `DensityCounter` counts every row
 whose gradient is taken (the `grad_evals` a job reports).
 """
