@@ -37,7 +37,7 @@ class PathfinderOptions(StrictModel):
         "evaluations more. Where no start reached the other mode of such mixtures (gap 8 at d = 10, gap 6 at d = 20 "
         "and 50, seeds 0-2) the probes found it on 6 of 9 runs (the others' starts had), and all 9 met the bars. On "
         "the suite's 13 single-mode problems (seeds 0-1) no probe reported a mode, for 80-560 evaluations more; "
-        "where no path settled (a funnel's neck) none runs")
+        "where some path did not settle (a funnel's neck) none runs")
     probe_scale: float = Field(default=5.0, gt=0, le=1e3,
                                description="the probes start N(0, probe_scale²) in that mode's whitened coordinates")
     probe_iters: int = Field(default=100, ge=1, le=100_000, description="L-BFGS iterations per probe")
