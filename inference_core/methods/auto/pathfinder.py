@@ -394,10 +394,10 @@ def probe_modes(density: DensityCounter, paths: list[Path], *, probes: int, scal
                 retries: int, generator: torch.Generator, history: int, tol: float, newton_steps: int,
                 max_candidates: int, eps: Tensor) -> list[Path]:
     """Paths to modes that no start reached [our addition to Pathfinder]: `probes` L-BFGS runs of at most
-    `max_iters` iterations from N(0, scale²) in the whitened coordinates of the best settled path's Gaussian
-    (x = μ + R·u, so they converge in a few iterations whatever x's scales), i.e. `scale` of its sds around its
-    mode in every direction. A probe that settles farther than SEPARATION_SD from every settled path's end (in
-    that path's sds) becomes a path: Newton steps from its end, the best Gaussian there, kept where it is
+    `max_iters` iterations from N(0, scale²) in the whitened coordinates of the best path's Gaussian (x = μ + R·u,
+    so they converge in a few iterations whatever x's scales), i.e. `scale` of its sds around its mode in every
+    direction. A probe that settles farther than SEPARATION_SD from every path's end (in that path's sds)
+    becomes a path: Newton steps from its end, the best Gaussian there, kept where it is
     separated from all the others in its own sds too. None where some path did not settle (a funnel's neck: there
     the probes run down the neck for all their iterations, halving every step; gpvi on centred eight schools, seed
     1, one path settled: 4.7 s more a Pathfinder run).
@@ -406,7 +406,7 @@ def probe_modes(density: DensityCounter, paths: list[Path], *, probes: int, scal
     the job cannot say so. The suite's 0.3·N(m₁, I) + 0.7·N(m₂, I) (d = 10, modes 5 apart, the light one near
     the origin): 7.5 % of L-BFGS paths from Pathfinder's N(0, 2²) starts reach the heavy mode, so with 4 starts
     `auto` missed it on some seeds (0.5 sds off in a mean, called `good`). Probes at 5 sds around the light mode
-    settled at the heavy one [measured in the docstring of PathfinderOptions.probes]; on single-mode posteriors
+    settled at the heavy one (measured: the description of PathfinderOptions.probes); on single-mode posteriors
     they settle back at the mode, and on badly conditioned ones the whitening makes them as cheap."""
     if probes <= 0 or not all(p.settled for p in paths):
         return []
