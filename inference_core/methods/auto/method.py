@@ -406,7 +406,7 @@ class Auto(Method):
         # in the current whitened coordinates, where the covariance is near I: shrinking a badly scaled, rotated
         # raw covariance towards its diagonal would distort it by orders of magnitude
         u = self.u.detach().double()
-        centre, chol = shrunk_moments(u)
+        spread = u
         if self.mode_groups is not None:
             # the modes' own spread, pooled: the spread between them would whiten each mode to a sliver along the
             # gap, where a step of `lr` whitened units crosses to the other mode (two unit Gaussians 10 apart, d = 4,
@@ -414,7 +414,8 @@ class Auto(Method):
             # shares, 0.45 and 0.98 sds off; pooled, 0.5 / 0.5 and 0.01-0.02 / 0.02. A kernel per mode instead
             # let the light mode's particles leak into the heavy one where the modes overlap: the suite's
             # mixture_unequal_10, seeds 0-19, worst 0.14 in a mean against 0.06)
-            _, chol = shrunk_moments(torch.cat([u[rows] - u[rows].mean(0) for rows in self.mode_groups]))
+            spread = torch.cat([u[rows] - u[rows].mean(0) for rows in self.mode_groups])
+        centre, (_, chol) = u.mean(0), shrunk_moments(spread)
         if chol is None:
             return
         u = torch.linalg.solve_triangular(chol, (u - centre).T, upper=False).T
