@@ -18,13 +18,13 @@ pytestmark = pytest.mark.integration
 def test_sigkilled_worker_job_resumes_from_checkpoint(make_stack, mode: str) -> None:
     stack = make_stack(mode)
     worker = stack.start_worker()
-    job_id = stack.submit(gaussian_spec(steps=3000, checkpoint_every=250, metrics_every=100)).json()["id"]
+    job_id = stack.submit(gaussian_spec(steps=2000, checkpoint_every=250, metrics_every=100)).json()["id"]
     wait_for(lambda: (stack.job(job_id)["checkpoint_step"] or 0) >= 250, 120, what="a checkpoint")
     stack.kill_worker(worker, signal.SIGKILL)
     killed = stack.job(job_id)
     assert killed["status"] == "running" and killed["attempt"] == 1
     checkpoint = killed["checkpoint_step"]
-    assert 0 < checkpoint < 3000
+    assert 0 < checkpoint < 2000
 
     stack.start_worker()
     job = stack.wait_status(job_id, {"succeeded", "failed", "cancelled"}, timeout=180)
@@ -33,7 +33,7 @@ def test_sigkilled_worker_job_resumes_from_checkpoint(make_stack, mode: str) -> 
     assert job["resumed_from_step"] == checkpoint, "the second attempt did not start from the last checkpoint"
     assert job["metrics"]["cov_error_rel"] < 0.15
     steps = [p["step"] for p in stack.client.get(f"/v1/jobs/{job_id}/metrics").json()["points"]]
-    assert steps == list(range(100, 3001, 100)), "metric trace has gaps or duplicates after the resume"
+    assert steps == list(range(100, 2001, 100)), "metric trace has gaps or duplicates after the resume"
 
 
 def test_job_fails_with_worker_lost_after_max_attempts(make_stack) -> None:
@@ -53,8 +53,8 @@ def test_sigterm_checkpoints_and_requeues_the_running_job(make_stack) -> None:
     stack = make_stack("embedded")
     worker = stack.start_worker()
     # Long enough that the job is still running when the signal lands (2,000 steps took 4 s on a fast machine,
-    # and the progress seen here lags the run), short enough to finish after the resume.
-    job_id = stack.submit(gaussian_spec(steps=20_000, checkpoint_every=100_000)).json()["id"]
+    # and the progress seen here lags the run by well under a second), short enough to finish after the resume.
+    job_id = stack.submit(gaussian_spec(steps=6_000, checkpoint_every=100_000)).json()["id"]
     wait_for(lambda: stack.job(job_id)["progress"]["step"] > 100, 60, what="progress")
     worker.send_signal(signal.SIGTERM)  # the main process only, as `parvis serve` does
     assert worker.wait(timeout=30) == 0

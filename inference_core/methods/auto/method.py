@@ -318,13 +318,16 @@ class Auto(Method):
         return u[self._herded[1]]
 
     def herd(self, u: Tensor) -> Tensor:
-        """Indices of num_particles rows of the ensemble u by kernel herding, through the linear whitening with the
-        target coordinates' means and second moments in the kernel (`herding.kernel_herding`); with separated
-        modes, herded within each mode's group, in the groups' shares (one kernel over the modes weighs them by
-        its own geometry). Through a flow or the tail map x's second moments can rest on a few particles (the
-        funnel's x_i, carried by rare large v): with them in the kernel the funnel's seed 0 went from 0.02 / 0.13
-        to 0.09 / 0.16, so there the kernel is the Gaussian one alone."""
-        x = self.to_target(u) if self.transport == "linear" else None
+        """Indices of num_particles rows of the ensemble u by kernel herding, with the target coordinates' means and
+        second moments in the kernel (`herding.kernel_herding`); with separated modes, herded within each mode's
+        group, in the groups' shares (one kernel over the modes weighs them by its own geometry). Through the tail
+        map too: on 20 independent t₅'s (seeds 2-3, 300 particles, whose own sds were 0.11 and 0.10 off in log
+        units) the Gaussian kernel alone herded 100 whose sds were 0.19 and 0.16 off, with the moments 0.12 and
+        0.09; on a 20-d multivariate t₅ (seeds 0-3; the 300 0.18-0.19) 0.22-0.25 against 0.18-0.19. Through a flow
+        x's second moments can rest on a few particles (the funnel's x_i, carried by rare large v): with them in
+        the kernel the funnel's seed 0 went from 0.02 / 0.13 to 0.09 / 0.16, so there the kernel is the Gaussian
+        one alone."""
+        x = self.to_target(u) if self.transport != "flow" else None
         if self.mode_groups is None:
             return kernel_herding(u, self.num_particles, x)
         sizes = torch.tensor([float(rows.numel()) for rows in self.mode_groups])
