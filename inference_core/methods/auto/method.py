@@ -74,8 +74,8 @@
    like a power, the particles move in z with x = μ + R·T_h(z), T_h Tukey's h map (coordinatewise for independent
    heavy-tailed coordinates, radial for an elliptical posterior such as a multivariate t, h = 1/ν̂), in which the
    tails are Gaussian again: SVGD's median-scaled repulsion balances a 1/x score at no spread (the cloud spread
-   without bound on 20 independent t₅'s, 1.05 / 2.52 off; through T_h 0.015-0.044 / 0.141-0.186 on seeds 0-7), and on
-   a 10-d multivariate t₅ the linear whitening stopped 0.37-0.40 too narrow in log sd, called `good` (0.17-0.21).
+   without bound on 20 independent t₅'s, 1.05 / 2.52 off; through T_h 0.016-0.036 / 0.085-0.144 on seeds 0-7), and on
+   a 10-d multivariate t₅ the linear whitening stopped 0.37-0.40 too narrow in log sd, called `good` (through T_h 0.13-0.16 on seeds 0-2).
    Where ν̂ ≤ 3.5 the particles' sds have no standard error, and the job says so (`heavy_tails`). With power-law
    tails the importance weights of point 6 have no mean, so their k̂ and shift do not fit the flow there.
 
