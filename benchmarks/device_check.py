@@ -80,7 +80,7 @@ def run_cell(name: str, column: str, device: str, seed: int, options: dict[str, 
     return {"problem": name, "method": column, "device": device, "seed": seed, "status": "succeeded",
             "particles_device": str(method.particles().device), "steps": result.steps_completed,
             "grad_evals": result.final_metrics.get("grad_evals"), "wall_s": round(wall, 2),
-            "verdict": result.quality.get("verdict"),
+            "verdict": result.quality.get("verdict"), "probed_modes": result.quality.get("probed_modes"),
             **{k: cell[k] for k in ("mean_error", "log_sd_error", "pass")}}
 
 

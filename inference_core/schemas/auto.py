@@ -29,7 +29,7 @@ class PathfinderOptions(StrictModel):
     start_retries: int = Field(default=20, ge=1, le=1000,
                                description="redraws of a start where log p or its gradient is not finite")
     probes: int = Field(
-        default=16, ge=0, le=1000,
+        default=32, ge=0, le=1000,
         description="short L-BFGS runs around the best settled path's mode that look for modes no start reached "
         "(pathfinder.probe_modes); each mode found becomes one more path. The suite's 0.3·N(m₁, I) + 0.7·N(m₂, I) "
         "(d = 10, gap 5, the light mode near the origin, where 7.5 % of paths from the starts reach the heavy one): without probes `auto` missed it on 11 "
@@ -37,7 +37,10 @@ class PathfinderOptions(StrictModel):
         "evaluations more. Where no start reached the other mode of such mixtures (gap 8 at d = 10, gap 6 at d = 20 "
         "and 50, seeds 0-2) the probes found it on 6 of 9 runs (the others' starts had), and all 9 met the bars. On "
         "the suite's 13 single-mode problems (seeds 0-1) no probe reported a mode, for 80-560 evaluations more; "
-        "where some path did not settle (a funnel's neck) none runs")
+        "where some path did not settle (a funnel's neck) none runs. 32 since 2026-11-27: two unit Gaussians 10 "
+        "apart at d = 4 (w = 0.5, one mode at the origin), seeds 0-15, 16 probes missed the far mode on seed 0 "
+        "(0.98 sds off, called good), 32 on none; on those 13 problems 32 probes found no mode either, with the same "
+        "scores, for 80-520 evaluations more than 16 (seed 0)")
     probe_scale: float = Field(default=5.0, gt=0, le=1e3,
                                description="the probes start N(0, probe_scale²) in that mode's whitened coordinates")
     probe_iters: int = Field(default=100, ge=1, le=100_000, description="L-BFGS iterations per probe")

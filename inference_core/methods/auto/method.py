@@ -65,7 +65,7 @@
    from the best Gaussian put 98 % in one mode (means 0.5 sds off, called `good`); in the masses, 0.02-0.04 /
    0.04-0.07. With separated modes the re-whitening (point 4) uses the modes' pooled spread, and the herding of
    point 7 runs within each mode, in its share. Modes that no path reaches stay unseen; after the starts' paths,
-   16 short probes around the best mode look for more (`pathfinder.probe_modes`): without them the suite's
+   32 short probes around the best mode look for more (`pathfinder.probe_modes`): without them the suite's
    mixture_unequal_10 missed the heavy mode on 11 of seeds 0-19 (called `good`), with them on none
    (docs/method-choice.md).
 
