@@ -11,6 +11,21 @@ from tests.support.stack import Stack
 MODES = ["embedded", "cluster"]
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Schemathesis gives its items, one per API operation, one node id between them (the operation is in the
+    name only). pytest-xdist, which scripts/test runs, schedules by node id and ran one operation of the 26:
+    each gets its operation in its id."""
+    for item in items:
+        if "[" in item.name and "[" not in item.nodeid:
+            unique = item.nodeid + item.name[item.name.index("["):]
+            if hasattr(item, "_id"):  # pytest 9 keeps the id structured; before, the string
+                from _pytest.nodes import coerce_node_id
+
+                item._id = coerce_node_id(unique)
+            else:
+                item._nodeid = unique
+
+
 @pytest.fixture
 def make_stack(tmp_path: Path) -> Iterator[Callable[..., Stack]]:
     """Function-scoped stacks (for tests that kill workers); started stacks are stopped afterwards."""
