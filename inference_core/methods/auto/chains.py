@@ -38,6 +38,15 @@ def evenly_spaced(available: int, count: int) -> Tensor:
     return torch.linspace(0, available - 1, count, dtype=torch.float64).round().long()
 
 
+def herded_draws(draws: Tensor, count: int) -> Tensor:
+    """`count` of the chains' draws [m, d] chosen by kernel herding from at most HERD_FROM of them evenly spaced over
+    the record; evenly spaced draws, with repeats, when there are no more than `count`."""
+    if draws.shape[0] <= count:
+        return draws[evenly_spaced(draws.shape[0], count)]
+    pool = evenly_spaced(draws.shape[0], min(draws.shape[0], HERD_FROM))
+    return draws[pool[kernel_herding(draws[pool], count)]]
+
+
 class LatentChains:
     def __init__(self, latent: Target, options: ChainOptions, num_particles: int, seed: int, device: torch.device,
                  starts: Tensor, dtype: str):
@@ -50,11 +59,15 @@ class LatentChains:
         self.nuts = NUTSMethod(latent, nuts, num_particles, seed, device, starts=starts[: options.chains])
         self.diagnostics: dict[str, float] = {}
         self.converged_step: int | None = None
-        self._herded: tuple[int, Tensor] | None = None  # (step, indices into draws()) of the last herded subset
+        self._herded: tuple[int, Tensor] | None = None  # (step, particles) of the last herded subset
 
     @property
     def grad_evals(self) -> int:
         return self.nuts.potential.calls
+
+    @property
+    def step_count(self) -> int:
+        return self.nuts.step_count
 
     def step(self) -> dict[str, float]:
         metrics = self.nuts.step()
@@ -80,13 +93,9 @@ class LatentChains:
     def particles(self) -> Tensor:
         """num_particles of the draws chosen by kernel herding (`herding.py`) from at most HERD_FROM of them
         evenly spaced over the record; evenly spaced draws, with repeats, when fewer were kept."""
-        draws = self.draws()
-        if draws.shape[0] <= self.num_particles:
-            return draws[evenly_spaced(draws.shape[0], self.num_particles)]
         if self._herded is None or self._herded[0] != self.nuts.step_count:
-            pool = evenly_spaced(draws.shape[0], min(draws.shape[0], HERD_FROM))
-            self._herded = (self.nuts.step_count, pool[kernel_herding(draws[pool], self.num_particles)])
-        return draws[self._herded[1]]
+            self._herded = (self.nuts.step_count, herded_draws(self.draws(), self.num_particles))
+        return self._herded[1]
 
     def quality(self) -> dict[str, Any]:
         diagnostics = self.nuts.diagnostics() if self.nuts.kept else {}

@@ -56,12 +56,13 @@ FLOW = {"transport": "flow", "flow": {"steps": 30, "batch": 16}}
 
 
 @pytest.mark.parametrize("options", [{"transport": "linear"}, FLOW, {**FLOW, "engine": "nuts", "chains": {
-    "warmup_steps": 20, "check_every": 5, "rhat_below": 1.0001}}])
+    "warmup_steps": 20, "check_every": 5, "rhat_below": 1.0001}}, {**FLOW, "engine": "mala", "mala": {
+        "chains": 30, "warmup_steps": 20, "check_every": 5, "ess_per_particle": 100}}])
 def test_auto_resumes_bit_identically(options: dict) -> None:
     """Through the linear whitening (this banana's Pathfinder paths end far enough apart for `transport: "auto"`
     to fit the full flow, which the second case covers at a test's size) and with the flow: a resume refits it from
     the seed, then loads the particles and whitening, or with
-    `engine: "nuts"` the chains, resumed after their warm-up, through the checkpoint's bytes. `grad_evals` counts
+    `engine: "nuts"` or `"mala"` the chains, resumed after their warm-up, through the checkpoint's bytes. `grad_evals` counts
     the evaluations before the checkpoint, and the set-up (Pathfinder, the flow's fit) that the resume redid."""
     spec = {"method": "auto", "seed": 2, "num_particles": 20, "steps": 60,
             "target": {"kind": "banana", "curvature": 0.5},

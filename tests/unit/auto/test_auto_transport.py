@@ -107,7 +107,7 @@ def test_the_fit_learns_a_funnel_s_transport() -> None:
     assert torch.allclose(latent.log_prob(z), base.log_prob(pushed) + log_det)
 
 
-@pytest.mark.parametrize("engine", ["nuts", "svgd"])
+@pytest.mark.parametrize("engine", ["nuts", "svgd", "mala"])
 def test_auto_with_the_flow_meets_the_bars_on_a_funnel(engine: str) -> None:
     """Neal's funnel in 3-D, v ~ N(0, 1.5²), x_i | v ~ N(0, e^v): closed form sd(x_i) = e^{1.5²/4}. Through the flow
     `auto` meets issue 14's bars on v and on the x_i with either engine (measured seeds 0-3 with the
@@ -128,12 +128,16 @@ def test_auto_with_the_flow_meets_the_bars_on_a_funnel(engine: str) -> None:
     assert quality["transport"] == "flow" and quality["engine"] == engine and quality["trustworthy"], quality
     steps = result.steps_completed
     assert steps < 1000 and result.final_metrics["converged_step"] == steps
-    moved = 100 * steps if engine == "svgd" else 4 * steps  # NUTS: at least one gradient a transition a chain
+    moved = 4 * steps if engine == "nuts" else 100 * steps  # NUTS: at least one gradient a transition a chain
     assert result.final_metrics["grad_evals"] >= 500 * 32 + moved
     if engine == "nuts":
         chains = quality["chains"]
         assert chains["rhat_max"] < 1.01 and chains["ess_bulk_min"] >= 100, chains
         assert chains["kept_per_chain"] == steps - 200  # after the 200 warm-up transitions
+    if engine == "mala":
+        chains = quality["chains"]
+        assert chains["ess_bulk_min"] >= 1000 and chains["stuck_chains"] == 0, chains
+        assert chains["kept_per_chain"] == steps - 100 and chains["chains"] == 100
 
 
 HIERARCHICAL_LOGISTIC = {"kind": "bayesian_logistic_regression", "dataset": "sklearn:breast_cancer",
