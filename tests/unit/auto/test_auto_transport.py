@@ -137,7 +137,7 @@ def test_auto_with_the_flow_meets_the_bars_on_a_funnel(engine: str) -> None:
     if engine == "mala":
         chains = quality["chains"]
         assert chains["ess_bulk_min"] >= 1000 and chains["stuck_chains"] == 0, chains
-        assert chains["kept_per_chain"] == steps - 100 and chains["chains"] == 100
+        assert chains["kept_per_chain"] == steps - 100 and chains["chains"] == 200
 
 
 HIERARCHICAL_LOGISTIC = {"kind": "bayesian_logistic_regression", "dataset": "sklearn:breast_cancer",

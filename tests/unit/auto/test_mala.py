@@ -110,3 +110,6 @@ def test_a_chain_parked_in_a_funnels_neck_is_reported_stuck() -> None:
         chains.step()
     assert chains.stuck_chains >= 1 and chains.accepted[0] < 0.1 * chains.accepted.double().mean()
     assert chains.quality()["stuck_chains"] == chains.stuck_chains < 5
+    assert not chains.too_many_stuck  # 1 of 50 is under the 5 % the job warns at
+    chains.accepted[:5] = 0  # 5 of 50
+    assert chains.stuck_chains >= 5 and chains.too_many_stuck
