@@ -199,9 +199,11 @@ class AutoOptions(StrictModel):
     khat_draws: int = Field(default=512, ge=32, le=100_000,
                             description="draws of Pathfinder's Gaussian for k̂ (log p evaluations, no gradients)")
     flow: FlowOptions = Field(default_factory=FlowOptions)
-    engine: Literal["svgd", "nuts", "mala"] = Field(
-        default="svgd",
-        description="what moves the particles: 'svgd' (points 3-5 and 7 of docs/method-choice.md's `auto`); 'nuts': "
+    engine: Literal["auto", "svgd", "nuts", "mala"] = Field(
+        default="auto",
+        description="what moves the particles: 'auto' takes 'mala' where the flow is fitted for a neck (no Pathfinder "
+        "path settled: a funnel, a centred hierarchy) and 'svgd' elsewhere; 'svgd' (points 3-5 and 7 of "
+        "docs/method-choice.md's `auto`); 'nuts': "
         "chains of NUTS in the whitened coordinates, or the flow's where it is fitted (NeuTra; `chains`), the particles "
         "herded from their draws; or 'mala': many short MALA chains started from importance-resampled draws of the same "
         "coordinates' N(0, I) (`mala`), herded likewise. Measured on the funnel (seeds 0-3): NUTS through the flow met "
@@ -210,9 +212,8 @@ class AutoOptions(StrictModel):
         "2026-11-27): 'mala' met the bars on 15 of 16 at 1.6-1.9e5 evaluations (one funnel seed 4.2e5), the miss centred "
         "seed 2 (log sd 0.26) called good; SVGD on 16 of 16, but its moments settle on 2 of the funnel's 8 seeds and it "
         "runs to the 3,000-step cap on the others (1.0e6, called not converged); centred eight schools 1.7e5 on 7 of 8. "
-        "With 200 chains (the default since) 'mala' met them on 16 of 16 at 1.7-1.9e5. SVGD stays the default until "
-        "the suite is re-run over HTTP with 'mala' for necks (docs/method-choice.md); 'mala' costs a fifth of it on a "
-        "funnel")
+        "With 200 chains (the default since) 'mala' met them on 16 of 16 at 1.7-1.9e5, a fifth of SVGD's cost on the "
+        "funnel: 'auto' takes it there")
     chains: ChainOptions = Field(default_factory=ChainOptions)
     mala: MALAOptions = Field(default_factory=MALAOptions)
     oversample: int = Field(

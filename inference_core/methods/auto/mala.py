@@ -41,7 +41,7 @@ from inference_core.targets.base import Target
 #: a chain accepting less than this share of the mean chain's proposals is stuck (`stuck_chains`)
 STUCK_SHARE = 0.1
 #: the job warns where more than this share of the chains is stuck. Measured on the suite's funnel and centred eight
-#: schools (200 chains, seeds 0-3 each, all within the bars): 0-3 stuck, whose repeated draws weigh 1.5 % at most;
+#: schools (200 chains; centred seeds 0-3, funnel seeds 0-4, all within the bars): 0-3 stuck, whose repeated draws weigh 1.5 % at most;
 #: the threshold leaves a margin above that, not a level calibrated on misses (none was measured)
 STUCK_WARN_SHARE = 0.05
 

@@ -53,14 +53,17 @@
    at most 0.12 and have k̂ at most 0.65 but on three breast-cancer seeds of six (0.71-0.83, within the bars
    either way); non-centred eight schools' seed 0 has paths that agree and k̂ 0.80, and missed with 100.
 
-8. Engine (`engine`), opt-in: `"nuts"` (`chains.py`) runs NUTS chains in the same coordinates instead of SVGD
+8. Engine (`engine`; `"auto"`, the default: `"mala"` where the flow is fitted for a neck, no Pathfinder path having
+   settled, `"svgd"` elsewhere). `"nuts"` (`chains.py`, opt-in) runs NUTS chains in the same coordinates instead of SVGD
    (NeuTra, Hoffman et al. 2019), stopped when split R-hat < 1.01 and bulk ESS ≥ 4 × num_particles, the particles
    herded from the draws. On the funnel it cost half of SVGD's evaluations where its chains mixed, but met the bars
    less often, with wider sd errors. `"mala"` (`mala.py`) resamples 200 chains' starts from the PSIS weights of 2,000
    draws of the latent N(0, I) and moves them by MALA until the kept draws' bulk ESS reaches 10 × num_particles:
    on the funnel and centred eight schools (seeds 0-7 each) it met the bars on 16 of 16 at 1.7-1.9·10⁵ evaluations,
-   a fifth of SVGD's cost on the funnel (with 100 chains 15 of 16, the miss called good). SVGD, which also met all
-   16, stays the default until the suite is re-run over HTTP with `mala` for necks (docs/method-choice.md).
+   a fifth of SVGD's cost on the funnel (with 100 chains 15 of 16, the miss called good), where SVGD also met all
+   16 but ran to the 3,000-step cap on 6 of the funnel's 8 seeds (1.0·10⁶): the default for necks since 2026-11-27.
+   Where the flow is fitted for mass Pathfinder's Gaussian misses (the hierarchical logistic regression, the
+   regression with an unknown noise scale), SVGD converges at step 100 and stays (docs/method-choice.md).
 
 9. Modes (`modes.py`): where Pathfinder's paths settled at separated modes (ends more than 3 sds apart), the
    particles start in the modes' masses, ∝ exp(ELBO) of each mode's best Gaussian, drawn from those Gaussians
@@ -251,7 +254,11 @@ class Auto(Method):
         def draw(attempt: int, k: int) -> Tensor:
             return per_particle_normal(derive_seed(seed, 4, attempt), k, d, torch.float64)
 
-        self.engine = options.engine
+        #: `engine: "auto"`: MALA chains where the flow is fitted for a neck (no Pathfinder path settled: the funnel,
+        #: centred eight schools), where SVGD creeps out of the flow's under-covered neck for thousands of steps;
+        #: SVGD elsewhere (point 8)
+        neck = self.transport == "flow" and not all(found.settled)
+        self.engine = ("mala" if neck else "svgd") if options.engine == "auto" else options.engine
         #: the ensemble SVGD moves: `oversample`·num_particles where Pathfinder's paths disagree or its Gaussian
         #: misses mass (point 7); with NUTS (point 8), the chains
         if self.engine == "nuts":

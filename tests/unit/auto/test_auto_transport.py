@@ -146,8 +146,9 @@ HIERARCHICAL_LOGISTIC = {"kind": "bayesian_logistic_regression", "dataset": "skl
 
 def test_transport_auto_fits_the_flow_where_paths_end_far_apart_or_the_gaussian_misses_mass() -> None:
     """The default `transport: "auto"`: the suite's funnel, where no Pathfinder path settles (each still gains
-    down the neck at its last iteration), gets the flow whatever its k̂ or the paths' spread; the hierarchical logistic regression of docs/reproduction.md (w ~ N(0, α⁻¹I), log α
-    sampled), whose paths agree, gets it from k̂ > 1 (1.01-1.69 on seeds 0-9) and moves 3 × 100 particles; the
+    down the neck at its last iteration), gets the flow whatever its k̂ or the paths' spread, and `engine: "auto"`
+    moves it by 200 MALA chains; the hierarchical logistic regression of docs/reproduction.md (w ~ N(0, α⁻¹I), log α
+    sampled), whose paths agree, gets it from k̂ > 1 (1.01-1.69 on seeds 0-9) and moves 3 × 100 particles by SVGD; the
     rotated Gaussian (k̂ ≈ 0) keeps the linear whitening, 100 particles and no flow evaluations."""
     from benchmarks.robustness import problems as suite
 
@@ -158,12 +159,13 @@ def test_transport_auto_fits_the_flow_where_paths_end_far_apart_or_the_gaussian_
         spec = {"method": "auto", "seed": 0, "steps": 1, "target": target, "options": {"flow": {"steps": 5, "batch": 4}}}
         method = build_method(validate_job_spec(spec))
         chosen[name] = (method.transport, method.found.start_disagreement(), method.khat, method.ensemble_size,
-                        any(method.found.settled))
+                        any(method.found.settled), method.engine)
         chosen_shift[name] = method.importance.shift_sd
         assert (method.flow_target is not None) == (method.transport == "flow")
     funnel, hierarchical, gaussian = chosen["funnel"], chosen["hierarchical"], chosen["rotated_gaussian_20"]
-    assert funnel[0] == "flow" and not funnel[4] and funnel[3] == 300, chosen
+    assert funnel[0] == "flow" and not funnel[4] and funnel[5] == "mala" and funnel[3] == 200, chosen
     assert hierarchical[0] == "flow" and hierarchical[1] < 0.5 and hierarchical[2] > 1 and hierarchical[3] == 300, chosen
+    assert hierarchical[5] == "svgd" and gaussian[5] == "svgd", chosen
     assert chosen_shift["hierarchical"] > 1, chosen_shift
     assert gaussian[0] == "linear" and gaussian[1] < 10 and gaussian[2] < 0.5 and gaussian[3] == 100, chosen
 
