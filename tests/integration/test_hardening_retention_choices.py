@@ -122,14 +122,15 @@ def test_failed_byte_deletions_are_retried_by_later_sweeps(make_stack, tmp_path:
     engine = engine_of(stack)
     job_folder = None
     try:
-        submitted = stack.submit(GENERATOR_SPEC, params={"retention_seconds": 8})
+        # long enough for the job to finish before it expires on a loaded machine (8 s expired it first in CI)
+        submitted = stack.submit(GENERATOR_SPEC, params={"retention_seconds": 30})
         job = stack.wait_status(submitted.json()["id"], {"succeeded", "failed"}, timeout=300)
         assert job["status"] == "succeeded", (job["error"], stack.log_tail())
         job_folder = folder(stack, "jobs", job["id"])
         assert (job_folder / "particles.npy").is_file()
         assert refuse_deletions(job_folder, True)
 
-        wait_for(lambda: stack.client.get(f"/v1/jobs/{job['id']}").status_code == 404, 60, interval=0.2,
+        wait_for(lambda: stack.client.get(f"/v1/jobs/{job['id']}").status_code == 404, 120, interval=0.2,
                  what="the expired job to be swept")
         with engine.connect() as conn:
             pending = wait_for(lambda: conn.execute(select(PendingDeletion)).all(), 10, what="a pending record")
