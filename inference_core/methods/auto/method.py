@@ -62,6 +62,8 @@
    on the funnel and centred eight schools (seeds 0-7 each) it met the bars on 16 of 16 at 1.7-1.9·10⁵ evaluations,
    a fifth of SVGD's cost on the funnel (with 100 chains 15 of 16, the miss called good), where SVGD also met all
    16 but ran to the 3,000-step cap on 6 of the funnel's 8 seeds (1.0·10⁶): the default for necks since 2026-11-27.
+   The chains also absorb a cheaper flow (`flow.batch_start: "auto"`: a batch growing from 16 to 64 draws, 8·10⁴
+   evaluations instead of 1.28·10⁵): 16 of 16 at 1.24-1.99·10⁵, centred eight schools under NUTS's 1.39·10⁵.
    Where the flow is fitted for mass Pathfinder's Gaussian misses (the hierarchical logistic regression, the
    regression with an unknown noise scale), SVGD converges at step 100 and stays (docs/method-choice.md).
 
@@ -244,8 +246,14 @@ class Auto(Method):
             self.flow_target = FlowTarget(whitened, self.tail_probe.transform().to(device=device, dtype=self.dtype))
             whitened = WhitenedTarget(self.flow_target, torch.zeros(d, device=device, dtype=self.dtype),
                                       torch.eye(d, device=device, dtype=self.dtype))
+        #: `engine: "auto"`: MALA chains where the flow is fitted for a neck (no Pathfinder path settled: the funnel,
+        #: centred eight schools), where SVGD creeps out of the flow's under-covered neck for thousands of steps;
+        #: SVGD elsewhere (point 8)
+        neck = self.transport == "flow" and not all(found.settled)
+        self.engine = ("mala" if neck else "svgd") if options.engine == "auto" else options.engine
         if self.transport == "flow":  # x = shift + root·T(z), and SVGD's whitening acts on z (transport.py)
-            self.flow_target, batches, self.flow_losses = fit_view_flow(whitened, options.flow, seed, device, self.dtype)
+            self.flow_target, batches, self.flow_losses = fit_view_flow(
+                whitened, options.flow, seed, device, self.dtype, for_chains=self.engine == "mala")
             self.flow_evals = sum(batches)
             whitened = WhitenedTarget(self.flow_target, torch.zeros(d, device=device, dtype=self.dtype),
                                       torch.eye(d, device=device, dtype=self.dtype))
@@ -254,11 +262,6 @@ class Auto(Method):
         def draw(attempt: int, k: int) -> Tensor:
             return per_particle_normal(derive_seed(seed, 4, attempt), k, d, torch.float64)
 
-        #: `engine: "auto"`: MALA chains where the flow is fitted for a neck (no Pathfinder path settled: the funnel,
-        #: centred eight schools), where SVGD creeps out of the flow's under-covered neck for thousands of steps;
-        #: SVGD elsewhere (point 8)
-        neck = self.transport == "flow" and not all(found.settled)
-        self.engine = ("mala" if neck else "svgd") if options.engine == "auto" else options.engine
         #: the ensemble SVGD moves: `oversample`·num_particles where Pathfinder's paths disagree or its Gaussian
         #: misses mass (point 7); with NUTS (point 8), the chains
         if self.engine == "nuts":

@@ -111,13 +111,22 @@ def misses_mass(importance: ImportanceCheck, options: AutoOptions) -> bool:
             or importance.shift_sd > options.flow_shift_alone_above)
 
 
-def fit_view_flow(view: Target, options: FlowOptions, seed: int, device: torch.device,
-                  dtype: torch.dtype) -> tuple[FlowTarget, list[int], list[float]]:
+#: `flow.batch_start: "auto"` where MALA chains move the particles: they correct a flow fitted on fewer draws
+#: (the option's description has the measurements); elsewhere the batch is `batch` throughout
+CHAINS_BATCH_START = 16
+
+
+def fit_view_flow(view: Target, options: FlowOptions, seed: int, device: torch.device, dtype: torch.dtype,
+                  for_chains: bool = False) -> tuple[FlowTarget, list[int], list[float]]:
     """A `CouplingFlow` fitted to `view` (Pathfinder-whitened coordinates) with `options`, from the seed streams
-    `auto` uses; the flow's target, the fit's batches and its losses."""
+    `auto` uses; the flow's target, the fit's batches and its losses. `for_chains`: MALA chains will move in its
+    latent space (`batch_start: "auto"` then grows the batch from CHAINS_BATCH_START)."""
     flow = CouplingFlow(int(view.dim), options.layers, options.hidden,
                         torch.Generator().manual_seed(derive_seed(seed, 5))).to(device=device, dtype=dtype)
-    batches = batch_schedule(options.steps, options.batch, options.batch_start)
+    batch_start = options.batch_start
+    if batch_start == "auto":
+        batch_start = min(CHAINS_BATCH_START, options.batch) if for_chains else None
+    batches = batch_schedule(options.steps, options.batch, batch_start)
     losses = fit_flow(view, flow, batches=batches, lr=options.lr,
                       generator=torch.Generator().manual_seed(derive_seed(seed, 6)))
     return FlowTarget(view, flow), batches, losses
