@@ -129,12 +129,14 @@ def test_auto_meets_the_bars_on_a_multivariate_t_that_the_linear_whitening_misse
 
 
 def test_the_herded_particles_keep_the_heavy_tailed_spread_of_the_ensemble() -> None:
-    """20 independent t₅'s, seed 2: Pathfinder's k̂ makes `auto` move 300 particles through the tail map and herd 100.
-    The 300's sds are 0.11 off in log units; herded by the Gaussian kernel alone, 0.19 (seeds 2-3: 0.19 and 0.16);
-    with the target coordinates' moments in the kernel, as through the linear whitening, 0.12 (and 0.09)."""
+    """20 independent t₅'s, seed 2: `auto` moves 300 particles through the tail map and herds 100. The 300's sds are
+    0.11 off in log units; herded by the Gaussian kernel alone, 0.19 (seeds 2-3: 0.19 and 0.16); with the target
+    coordinates' moments in the kernel, as through the linear whitening, 0.12 (and 0.09). Pathfinder's k̂ here sits at
+    the default oversampling threshold (0.69 on AMD EPYC, above 0.7 on Intel Xeon), so the test lowers it."""
     rng = np.random.default_rng(5)
     d, loc, scale = 20, rng.uniform(-3, 3, 20), 10 ** rng.uniform(-1, 1, 20)
-    result = run({"method": "auto", "seed": 2, "steps": 1000, "target": independent_t(d, 5.0, loc, scale)})
+    result = run({"method": "auto", "seed": 2, "steps": 1000, "target": independent_t(d, 5.0, loc, scale),
+                  "options": {"oversample_khat_above": 0.5}})
     assert result.quality["transport"] == "tails" and result.quality["ensemble_size"] == 300, result.quality
     mean_error, sd_error = moments_error(result.particles, loc, scale * math.sqrt(5 / 3))
     assert mean_error <= 0.1 and sd_error <= 0.15, (mean_error, sd_error)
