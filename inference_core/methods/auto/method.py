@@ -64,6 +64,8 @@
    16 but ran to the 3,000-step cap on 6 of the funnel's 8 seeds (1.0·10⁶): the default for necks since 2026-11-27.
    The chains also absorb a cheaper flow (`flow.batch_start: "auto"`: a batch growing from 16 to 64 draws, 8·10⁴
    evaluations instead of 1.28·10⁵): 16 of 16 at 1.24-1.99·10⁵, centred eight schools under NUTS's 1.39·10⁵.
+   Where the flow fits too poorly the chains can stop and miss; their draws then part from the weighted proposals
+   they started from, and the job says so (`estimates_disagree`, mala.WEIGHTS_GAP_WARN).
    Where the flow is fitted for mass Pathfinder's Gaussian misses (the hierarchical logistic regression, the
    regression with an unknown noise scale), SVGD converges at step 100 and stays (docs/method-choice.md).
 
@@ -516,6 +518,12 @@ class Auto(Method):
                              f"{self.chains.stuck_chains} of {chains['chains']} chains accepted almost no proposal "
                              "since the warm-up (a funnel's neck, where the shared step is too long): their draws "
                              "repeat their starts, so that region rests on the starts' importance weights alone"})
+        if isinstance(self.chains, LatentMALA) and self.chains.weights_disagree:
+            warnings.append({"code": "estimates_disagree", "message":
+                             f"the chains' draws and the importance-weighted proposals they started from (draws of "
+                             f"the flow, or of Pathfinder's Gaussian) differ by {chains['weights_gap_mean']:.2f} in a "
+                             f"mean and {chains['weights_gap_log_sd']:.2f} in a log sd (latent units): at least one "
+                             "of them misses posterior mass, and the map fits too poorly for either to be trusted"})
         if not self.converged and chains is not None:
             rule = self.options.mala if self.engine == "mala" else self.options.chains
             wanted = (f"ESS ≥ {rule.ess_per_particle * self.num_particles:g}" if self.engine == "mala"

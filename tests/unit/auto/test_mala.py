@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from inference_core.methods.auto.mala import LatentMALA
+from inference_core.methods.auto.mala import WEIGHTS_GAP_WARN, LatentMALA
 from inference_core.methods.baselines.mcmc import chain_diagnostics
 from inference_core.schemas.auto import MALAOptions
 from inference_core.serialization import state_from_bytes, state_to_bytes
@@ -113,3 +113,31 @@ def test_a_chain_parked_in_a_funnels_neck_is_reported_stuck() -> None:
     assert not chains.too_many_stuck  # 1 of 50 is under the 5 % the job warns at
     chains.accepted[:5] = 0  # 5 of 50
     assert chains.stuck_chains >= 5 and chains.too_many_stuck
+
+
+def gaussian_latent(sd: float):  # noqa: ANN201
+    return build_target({"kind": "expression", "dim": 2,
+                         "log_prob": f"log_normal(x[0], 0, {sd}) + log_normal(x[1], 0, {sd})"},
+                        BuildContext(dtype=torch.float64))
+
+
+@pytest.mark.parametrize("sd", [1.0, 5.0])
+def test_the_chains_and_the_weighted_proposals_part_where_the_proposals_cannot_see_the_mass(sd: float) -> None:
+    """Latent target N(0, sd² I): at sd 1 the proposals are the target, and the two estimates agree (weights all
+    equal); at sd 5, 2,000 draws of N(0, I) reach about 3.5 of its 5 sds, so the weighted proposals' sd stays near 2,
+    while 300 transitions of the chains find the closed form's 5: they part by more than WEIGHTS_GAP_WARN in log sd,
+    and `weights_disagree` says so."""
+    chains = LatentMALA(gaussian_latent(sd), MALAOptions(), 100, 0, torch.device("cpu"), torch.float64)
+    for _ in range(300):
+        chains.step()
+    draws = chains.stored_draws().reshape(-1, 2)
+    assert (draws.std(0) / sd).log().abs().max() < 0.05, draws.std(0)  # the chains: the closed form
+    gap_mean, gap_log_sd = chains.weights_gap()
+    weighted_sd = torch.as_tensor(chains.weighted_moments[1])
+    assert gap_log_sd == pytest.approx(float((draws.std(0, correction=0) / weighted_sd).log().abs().max()), rel=1e-9)
+    quality = chains.quality()
+    assert (quality["weights_gap_mean"], quality["weights_gap_log_sd"]) == (gap_mean, gap_log_sd)
+    if sd == 1.0:
+        assert gap_mean < 0.05 and gap_log_sd < 0.05 and not chains.weights_disagree
+    else:
+        assert float(weighted_sd.max()) < 2.5 and gap_log_sd > WEIGHTS_GAP_WARN and chains.weights_disagree
