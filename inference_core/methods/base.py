@@ -25,14 +25,21 @@ from torch import Tensor
 
 from inference_core import errors
 from inference_core.kernels import Kernel, bandwidth_rule_from_options, kernel_from_options
+from inference_core.methods.auto.pathfinder import pathfinder_whitening
 from inference_core.methods.optim import build_optimizer
 from inference_core.methods.start import redraw_nonfinite
+from inference_core.schemas.auto import PathfinderOptions
 from inference_core.schemas.kernels import KernelOptions
 from inference_core.schemas.methods import InitOptions, ParticleMethodOptions
 from inference_core.seeding import derive_seed, per_particle_normal
 from inference_core.targets.base import Target
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+#: `precondition: "pathfinder"` of the particle methods: its seed stream, and the largest dimension it takes (as
+#: `auto`'s: Pathfinder forms dense d×d Hessians)
+PRECONDITION_STREAM = 15
+PRECONDITION_MAX_DIM = 2000
 
 
 class Method:
@@ -129,7 +136,12 @@ class ParticleMethod(Method):
     def __init__(self, target: Target, options: ParticleMethodOptions, num_particles: int, seed: int,
                  device: torch.device):
         super().__init__(target, options, num_particles, seed, device)
-        start = initial_particles(target, options.init, num_particles, seed)
+        #: the density the particles move on: the target, or it in Pathfinder-whitened coordinates (`precondition`);
+        #: `direction` evaluates this one, and `particles()` maps back to the target's coordinates
+        self.moved: Target = target
+        if getattr(options, "precondition", "none") == "pathfinder":
+            self.moved = self._whitened_target()
+        start = initial_particles(self.moved, options.init, num_particles, seed)
         self.x = start.to(device=device, dtype=self.dtype).requires_grad_(True)
         self.optimizer = build_optimizer([self.x], options.optimizer)
         # One generator for every random choice a method makes (minibatches, subsets): part of the state.
@@ -138,6 +150,18 @@ class ParticleMethod(Method):
 
     def direction(self, x: Tensor, batch: object | None) -> tuple[Tensor, dict[str, float]]:
         raise NotImplementedError
+
+    def _whitened_target(self) -> Target:
+        """`precondition: "pathfinder"`: the target in the coordinates Pathfinder's Gaussian whitens (seed stream
+        PRECONDITION_STREAM; `auto`'s Pathfinder options)."""
+        target = self.target
+        if getattr(target, "initial_particles", None) is not None or not target.dim or target.dim > PRECONDITION_MAX_DIM:
+            raise errors.MethodOptionsInvalid(
+                f"precondition 'pathfinder' takes targets without an initialisation of their own (not network "
+                f"weights) of dimension 1 to {PRECONDITION_MAX_DIM} (dense Pathfinder Hessians); a {target.kind!r} "
+                f"target of dimension {target.dim} is not one", loc=("options", "precondition"))
+        return pathfinder_whitening(target, derive_seed(self.seed, PRECONDITION_STREAM), self.dtype, self.device,
+                                    **PathfinderOptions().model_dump())[1]
 
     #: bounded redraws of starting particles where the target is not finite (`methods.start`)
     START_RETRIES = 20
@@ -150,10 +174,10 @@ class ParticleMethod(Method):
         init = self.options.init
 
         def draw(attempt: int, k: int) -> Tensor:
-            return initial_particles(self.target, init, k, derive_seed(self.seed, 5, attempt))
+            return initial_particles(self.moved, init, k, derive_seed(self.seed, 5, attempt))
 
         with torch.no_grad():
-            start, redrawn = redraw_nonfinite(self.target, self.x.detach(), draw, self.START_RETRIES)
+            start, redrawn = redraw_nonfinite(self.moved, self.x.detach(), draw, self.START_RETRIES)
             if redrawn:
                 self.x.copy_(start)
         return redrawn
@@ -177,7 +201,10 @@ class ParticleMethod(Method):
         self.optimizer.step()
 
     def particles(self) -> Tensor:
-        return self.x.detach()
+        """The particles in the target's coordinates (mapped back from the whitened ones under `precondition`)."""
+        if self.moved is self.target:
+            return self.x.detach()
+        return self.moved.to_target(self.x.detach())
 
     def state_dict(self) -> dict[str, Any]:
         return {

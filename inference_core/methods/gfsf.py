@@ -37,7 +37,7 @@ class GFSF(KernelParticleMethod):
         super().__init__(target, options, num_particles, seed, device)
 
     def direction(self, x: Tensor, batch: object | None) -> tuple[Tensor, dict[str, float]]:
-        score = self.target.score(x, batch)
+        score = self.moved.score(x, batch)
         h = self.bandwidth_rule(x)
         phi, residual = gfsf_direction(x, score, self.kernel(h), self.options.eps,
                                        solve_method=self.options.solve_method, **self.pairwise)

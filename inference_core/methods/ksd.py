@@ -50,7 +50,7 @@ class KSD(ParticleMethod):
 
     def direction(self, x: Tensor, batch: object | None) -> tuple[Tensor, dict[str, float]]:
         opts = self.options.critic
-        score = self.target.score(x, batch)
+        score = self.moved.score(x, batch)
         stein = torch.zeros(())
         with torch.enable_grad():
             for _ in range(opts.steps):

@@ -29,6 +29,6 @@ class PiSGLD(KernelParticleMethod):
         super().__init__(target, options, num_particles, seed, device)
 
     def direction(self, x: Tensor, batch: object | None) -> tuple[Tensor, dict[str, float]]:
-        score = self.target.score(x, batch)
+        score = self.moved.score(x, batch)
         h = self.bandwidth_rule(x)
         return pisgld_direction(x, score, self.kernel(h), **self.pairwise), {"bandwidth": float(h)}

@@ -194,7 +194,7 @@ class SubsetSVGD(_SpeedupMethod):
     def direction(self, x: Tensor, batch: object | None) -> tuple[Tensor, dict[str, float]]:
         index = self.draw_subset().to(x.device)
         y = x.index_select(0, index)
-        score_y = self.target.score(y, batch)
+        score_y = self.moved.score(y, batch)
         h = self.bandwidth_for(x, y)
         phi = subset_svgd_direction(x, y, score_y, self.kernel(h), **self.pairwise)
         return phi, {"bandwidth": float(h)}
@@ -218,7 +218,7 @@ class SubsetCFSVGD(_SpeedupMethod):
     def direction(self, x: Tensor, batch: object | None) -> tuple[Tensor, dict[str, float]]:
         index = self.draw_subset().to(x.device)
         y = x.index_select(0, index)
-        score_y = self.target.score(y, batch)
+        score_y = self.moved.score(y, batch)
         h = self.bandwidth_for(x, y)
         kernel = self.kernel(h)
         k0 = stein_kernel_matrix(y.to(torch.float64), score_y.to(torch.float64),
@@ -241,7 +241,7 @@ class InducedSVGD(_SpeedupMethod):
         super().__init__(target, options, num_particles, seed, device)
 
     def direction(self, x: Tensor, batch: object | None) -> tuple[Tensor, dict[str, float]]:
-        score = self.target.score(x, batch)
+        score = self.moved.score(x, batch)
         y = x.index_select(0, self.draw_subset().to(x.device))
         h = self.bandwidth_for(x, y)
         phi = induced_svgd_direction(x, score, y, self.kernel(h), **self.pairwise)
@@ -278,7 +278,7 @@ class InducedAdversarialSVGD(_SpeedupMethod):
 
     def direction(self, x: Tensor, batch: object | None) -> tuple[Tensor, dict[str, float]]:
         opts = self.options
-        score = self.target.score(x, batch)
+        score = self.moved.score(x, batch)
         n, m = x.shape[0], opts.subset_size
         y = x.index_select(0, torch.randint(n, (m,), generator=self.generator).to(x.device)).clone()
         h0 = self.bandwidth_for(x, y)

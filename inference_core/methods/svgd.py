@@ -25,7 +25,7 @@ class SVGD(KernelParticleMethod):
         super().__init__(target, options, num_particles, seed, device)
 
     def direction(self, x: Tensor, batch: object | None) -> tuple[Tensor, dict[str, float]]:
-        score = self.target.score(x, batch)
+        score = self.moved.score(x, batch)
         h = self.bandwidth_rule(x)
         phi = svgd_direction(x, score, self.kernel(h), **self.pairwise)
         return phi, {"bandwidth": float(h)}

@@ -33,6 +33,6 @@ class WSGLD(KernelParticleMethod):
         super().__init__(target, options, num_particles, seed, device)
 
     def direction(self, x: Tensor, batch: object | None) -> tuple[Tensor, dict[str, float]]:
-        score = self.target.score(x, batch)
+        score = self.moved.score(x, batch)
         h = self.bandwidth_rule(x)
         return wsgld_direction(x, score, self.kernel(h), **self.pairwise), {"bandwidth": float(h)}

@@ -37,6 +37,14 @@ class ParticleMethodOptions(StrictModel):
     optimizer: OptimizerOptions = Field(default_factory=OptimizerOptions)
     init: InitOptions = Field(default_factory=InitOptions)
     dtype: Literal["float32", "float64"] = "float32"
+    precondition: Literal["none", "pathfinder"] = Field(
+        default="none",
+        description="'pathfinder': the particles move in coordinates u with x = μ + R u, (μ, R Rᵀ) the Gaussian "
+        "that Pathfinder fits (as `auto` and `gpvi` do; its gradients count in grad_evals), so a badly scaled or "
+        "correlated posterior looks like N(0, I) to the method; `init` then acts in u (its defaults start the "
+        "particles as draws of that Gaussian) and the job's particles are mapped back to x. For targets without "
+        "an initialisation of their own (not network weights) of dimension up to 2,000. 'none' (the default) keeps "
+        "the papers' setting (docs/method-choice.md has what each gives)")
 
 
 class SVGDOptions(ParticleMethodOptions):

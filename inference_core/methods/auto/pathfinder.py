@@ -41,6 +41,7 @@ from torch import Tensor
 from inference_core import errors
 from inference_core.metrics.importance import normalised_weights, psis_smooth
 from inference_core.targets.base import Target
+from inference_core.targets.whitened import WhitenedTarget
 
 #: Relative floor of the precision eigenvalues: Σ's condition number stays below 1e12.
 EIGEN_FLOOR = 1e-12
@@ -328,6 +329,15 @@ def follow_path(density: DensityCounter, x0: Tensor, *, max_iters: int, history:
     xs, grads = xs + more_xs, grads + more_grads
     return Path(best_on_path(density, xs, grads, max_candidates, eps, start), xs[-1], len(xs) - 1,
                 refined if newton_steps else settled)
+
+
+def pathfinder_whitening(target: Target, seed: int, dtype: torch.dtype, device: torch.device,
+                         **options: object) -> tuple[PathfinderResult, Target]:
+    """Pathfinder (seeded by `seed`, `options` its keyword options) and the target seen in the coordinates its best
+    Gaussian whitens (`targets.whitened`): what `gpvi`'s and the particle methods' `precondition` move in."""
+    found = pathfinder(target, generator=torch.Generator().manual_seed(seed), dtype=dtype, device=device, **options)
+    return found, WhitenedTarget(target, found.best.mean.to(device=device, dtype=torch.float64),
+                                 found.best.root.to(device=device, dtype=torch.float64))
 
 
 def pathfinder(target: Target, *, starts: int, start_scale: float, max_iters: int, history: int, tol: float,

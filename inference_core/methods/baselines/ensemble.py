@@ -45,6 +45,6 @@ class Ensemble(ParticleMethod):
         """log p(θ_i | batch) [n] and its gradient [n, d] from one forward pass (rows are independent)."""
         with torch.enable_grad():
             x = x.detach().requires_grad_(True)
-            log_p = self.target.log_prob(x, batch)
+            log_p = self.moved.log_prob(x, batch)
             (score,) = torch.autograd.grad(log_p.sum(), x)
         return log_p.detach(), score

@@ -19,7 +19,7 @@ from torch import Tensor
 
 from inference_core import errors
 from inference_core.methods.auto.modes import distinct_modes
-from inference_core.methods.auto.pathfinder import PathfinderResult, importance_check, pathfinder
+from inference_core.methods.auto.pathfinder import PathfinderResult, importance_check, pathfinder_whitening
 from inference_core.methods.auto.transport import FlowTarget, fit_view_flow, misses_mass, paths_need_flow
 from inference_core.methods.base import DTYPES, Method, check_direction
 from inference_core.methods.optim import make_optimizer, optimizer_step, zero_grads
@@ -110,10 +110,8 @@ def whitened_view(target: Target, options: GenerativeOptions, seed: int, device:
     if mode == "none":
         return target
     dtype = DTYPES[options.dtype]
-    found = pathfinder(target, generator=torch.Generator().manual_seed(derive_seed(seed, STREAM_PRECONDITION)),
-                       dtype=dtype, device=device, **PathfinderOptions().model_dump())
-    whitened = WhitenedTarget(target, found.best.mean.to(device=device, dtype=torch.float64),
-                              found.best.root.to(device=device, dtype=torch.float64))
+    found, whitened = pathfinder_whitening(target, derive_seed(seed, STREAM_PRECONDITION), dtype, device,
+                                           **PathfinderOptions().model_dump())
     if mode == "auto":
         mode = "flow" if flow_wanted(target, found, seed, dtype, device) else "pathfinder"
     if mode == "pathfinder":

@@ -33,6 +33,7 @@ VARIANTS: list[tuple[str, dict[str, Any]]] = [(name, {}) for name in PARTICLE_ME
     ("svgd_induced_adversarial", {"batched": True, "batch_size": 8, "ascent_steps": 3}),
     ("ksd", {"critic": {"trace": "hutchinson", "hidden": [16]}}),
     ("svgd_subset", {"kernel": {"name": "imq"}, "bandwidth": {"source": "kernel"}}),
+    ("svgd", {"precondition": "pathfinder"}),  # the particles saved in whitened coordinates, the whitening redone
 ]
 
 
