@@ -155,6 +155,9 @@ WEIGHT_SPACE_KINDS = frozenset(TARGET_KINDS) - {"function_posterior"}
 # f-POVI moves network weights through their function values: BNNs, and function posteriors with a bnn
 # prior (the method refuses other priors with method_unsupported_for_target when it is built).
 NETWORK_KINDS = frozenset({"bnn", "function_posterior"})
+# Kinds whose targets bring an initialisation of their own (`initial_particles`: fan-in-scaled network weights, the
+# logistic regression's prior draws); `precondition: "pathfinder"` of the particle methods refuses them at submit.
+OWN_INIT_KINDS = frozenset({"bnn", "function_posterior", "bayesian_logistic_regression"})
 # The baselines need only a log density over a finite parameter vector: a function_posterior has one with a
 # `bnn` prior (the network weights) or a `gp` prior (f at the training inputs); with a piecewise prior the
 # method refuses at build time (method_unsupported_for_target).

@@ -15,10 +15,11 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError
 
 from inference_core import errors
-from inference_core.catalog import METHODS, TARGET_KINDS, Method
+from inference_core.catalog import METHODS, OWN_INIT_KINDS, TARGET_KINDS, Method
 from inference_core.memory import format_bytes, job_memory_bytes
 from inference_core.schemas.common import StrictModel, find_nonfinite
 from inference_core.schemas.kernels import EXACT_MAX_N, exact_median_over_particles
+from inference_core.schemas.methods import PRECONDITION_MAX_DIM
 
 
 @dataclass(frozen=True)
@@ -158,12 +159,25 @@ def validate_job_spec(raw: Any, limits: Limits | None = None) -> JobSpec:
             f"cap of {limits.max_metric_points} per job: set metrics_every to at least {least}",
             loc=("metrics_every",))
     dim = getattr(target, "dim", None)
+    _check_precondition(options, target.kind, dim)
     if dim is not None:  # else it depends on an uploaded data set: the service checks with check_job_memory
         _check_memory(method, options, spec, dim, limits)
         _check_exact_median(options, spec.num_particles)
     return spec.model_copy(
         update={"target": target.model_dump(mode="json"), "options": options.model_dump(mode="json")}
     )
+
+
+def _check_precondition(options: Any, kind: str, dim: int | None) -> None:
+    """`precondition: "pathfinder"` (the particle methods) at submit: not for targets with an initialisation of their
+    own (OWN_INIT_KINDS), nor beyond PRECONDITION_MAX_DIM where the dimension is known (the method checks again)."""
+    if getattr(options, "precondition", None) != "pathfinder":
+        return
+    if kind in OWN_INIT_KINDS or dim is not None and dim > PRECONDITION_MAX_DIM:
+        raise errors.MethodOptionsInvalid(
+            f"precondition 'pathfinder' takes targets without an initialisation of their own (not network weights) "
+            f"of dimension up to {PRECONDITION_MAX_DIM} (dense Pathfinder Hessians); a {kind!r} target"
+            + (f" of dimension {dim}" if dim is not None else "") + " is not one", loc=("options", "precondition"))
 
 
 def _check_exact_median(options: Any, num_particles: int) -> None:

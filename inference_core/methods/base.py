@@ -30,16 +30,14 @@ from inference_core.methods.optim import build_optimizer
 from inference_core.methods.start import redraw_nonfinite
 from inference_core.schemas.auto import PathfinderOptions
 from inference_core.schemas.kernels import KernelOptions
-from inference_core.schemas.methods import InitOptions, ParticleMethodOptions
+from inference_core.schemas.methods import PRECONDITION_MAX_DIM, InitOptions, ParticleMethodOptions
 from inference_core.seeding import derive_seed, per_particle_normal
 from inference_core.targets.base import Target
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
-#: `precondition: "pathfinder"` of the particle methods: its seed stream, and the largest dimension it takes (as
-#: `auto`'s: Pathfinder forms dense d×d Hessians)
+#: the seed stream of `precondition: "pathfinder"` of the particle methods
 PRECONDITION_STREAM = 15
-PRECONDITION_MAX_DIM = 2000
 
 
 class Method:

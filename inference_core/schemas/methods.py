@@ -33,6 +33,10 @@ class InitOptions(StrictModel):
     scale: float = Field(default=1.0, gt=0)
 
 
+#: the largest dimension `precondition: "pathfinder"` takes (as `auto`'s: Pathfinder forms dense d×d Hessians)
+PRECONDITION_MAX_DIM = 2000
+
+
 class ParticleMethodOptions(StrictModel):
     optimizer: OptimizerOptions = Field(default_factory=OptimizerOptions)
     init: InitOptions = Field(default_factory=InitOptions)

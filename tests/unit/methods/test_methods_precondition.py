@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from inference_core import errors, run
+from inference_core.catalog import OWN_INIT_KINDS
 from inference_core.spec import validate_job_spec
 from inference_core.training import build_method
 
@@ -49,9 +50,17 @@ def test_init_acts_in_the_whitened_coordinates() -> None:
     assert np.abs(particles @ ROTATION.T / SDS).max() < 0.01, particles[:3]  # Pathfinder in float32: 0.002
 
 
-def test_network_weights_are_refused() -> None:
-    """A BNN's weights have their own initialisation and thousands of coordinates: no dense Pathfinder there."""
-    target = {"kind": "bnn", "dataset": {"X": [[0.0], [1.0], [2.0]], "y": [0.0, 1.0, 2.0]}, "hidden": [4]}
+@pytest.mark.parametrize("target", [
+    {"kind": "bnn", "dataset": {"X": [[0.0], [1.0], [2.0]], "y": [0.0, 1.0, 2.0]}, "hidden": [4]},
+    {"kind": "bayesian_logistic_regression", "dataset": {"X": [[0.0], [1.0], [2.0]], "y": [0, 1, 1]}},
+])
+def test_targets_with_their_own_initialisation_are_refused_at_submit(target: dict) -> None:
+    """Network weights (and the logistic regression's prior draws) come with their own start: no Pathfinder
+    whitening there, refused when the spec is validated (the API's 422), before a worker sees it; the method
+    refuses the same targets when built (OWN_INIT_KINDS lists exactly the kinds whose targets have one)."""
+    spec = {"method": "svgd", "seed": 0, "steps": 1, "target": target, "options": {"precondition": "pathfinder"}}
     with pytest.raises(errors.MethodOptionsInvalid) as raised:
-        run({"method": "svgd", "seed": 0, "steps": 1, "target": target, "options": {"precondition": "pathfinder"}})
-    assert "precondition" in str(raised.value)
+        validate_job_spec(spec)
+    assert raised.value.loc == ("options", "precondition")
+    built = build_method(validate_job_spec({**spec, "options": {}}))
+    assert target["kind"] in OWN_INIT_KINDS and getattr(built.target, "initial_particles", None) is not None
