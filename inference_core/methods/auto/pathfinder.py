@@ -332,7 +332,7 @@ def follow_path(density: DensityCounter, x0: Tensor, *, max_iters: int, history:
 
 
 def pathfinder_whitening(target: Target, seed: int, dtype: torch.dtype, device: torch.device,
-                         **options: object) -> tuple[PathfinderResult, Target]:
+                         **options: object) -> tuple[PathfinderResult, WhitenedTarget]:
     """Pathfinder (seeded by `seed`, `options` its keyword options) and the target seen in the coordinates its best
     Gaussian whitens (`targets.whitened`): what `gpvi`'s and the particle methods' `precondition` move in."""
     found = pathfinder(target, generator=torch.Generator().manual_seed(seed), dtype=dtype, device=device, **options)
