@@ -99,6 +99,7 @@ class LatentMALA:
         self.diagnostics: dict[str, float] = {}
         self.converged_step: int | None = None
         self._herded: tuple[int, Tensor] | None = None
+        self._gap: tuple[int, tuple[float, float]] | None = None  # (kept transitions, weights_gap) of the last ask
 
     @property
     def grad_evals(self) -> int:
@@ -174,10 +175,12 @@ class LatentMALA:
         never drew mass the chains found, they part. None before any draw is kept or without finite weights."""
         if not self.kept or self.weighted_moments is None:
             return None
-        draws = self.stored_draws().reshape(-1, self.position.shape[-1]).numpy()
-        mean, sd = self.weighted_moments
-        return (float(np.abs(draws.mean(0) - mean).max()),
-                float(np.abs(np.log(draws.std(0) / sd)).max()))
+        if self._gap is None or self._gap[0] != len(self.kept):  # quality() and its warning both ask
+            draws = self.stored_draws().reshape(-1, self.position.shape[-1]).numpy()
+            mean, sd = self.weighted_moments
+            self._gap = (len(self.kept), (float(np.abs(draws.mean(0) - mean).max()),
+                                          float(np.abs(np.log(draws.std(0) / sd)).max())))
+        return self._gap[1]
 
     @property
     def weights_disagree(self) -> bool:
@@ -228,4 +231,4 @@ class LatentMALA:
         self.accepted = state["accepted"].clone()
         self.diagnostics = {key: float(value) for key, value in state["diagnostics"].items()}
         self.converged_step = None if int(state["converged_step"]) < 0 else int(state["converged_step"])
-        self._herded = None
+        self._herded = self._gap = None
