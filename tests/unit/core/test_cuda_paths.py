@@ -36,3 +36,28 @@ def test_a_cuda_run_matches_the_cpu_run(method: str) -> None:
     assert cuda.quality.get("verdict") == cpu.quality.get("verdict")
     # float64 on both: the same arithmetic up to reduction order, amplified a little over 200 steps
     torch.testing.assert_close(cuda.particles.cpu(), cpu.particles, rtol=1e-6, atol=1e-6)
+
+
+#: the paths added since the last GPU check (2026-11-26), each forced on the small target: `auto`'s normalising
+#: flow with the MALA chains and with SVGD, Tukey's tail map, `gpvi` through the flow, and the particle methods
+#: in Pathfinder-whitened coordinates. Short fits: the check is CPU = CUDA, not accuracy.
+_SHORT_FLOW = {"steps": 100, "batch": 16}
+NEWER_PATHS = {
+    "auto_flow_mala": ("auto", {"transport": "flow", "engine": "mala", "flow": _SHORT_FLOW}),
+    "auto_flow_svgd": ("auto", {"transport": "flow", "engine": "svgd", "flow": _SHORT_FLOW}),
+    "auto_tails": ("auto", {"transport": "tails"}),
+    "gpvi_flow": ("gpvi", {"precondition": "flow", "flow": _SHORT_FLOW}),
+    "svgd_whitened": ("svgd", {"precondition": "pathfinder"}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(NEWER_PATHS))
+def test_the_newer_paths_on_cuda_match_the_cpu(case: str) -> None:
+    method, options = NEWER_PATHS[case]
+    fields = {"options": {"dtype": "float64", **options}, "steps": 100}
+    cpu, cuda = _run(method, "cpu", **fields), _run(method, "cuda", **fields)
+    assert cuda.particles.device.type == "cuda"
+    assert cuda.quality.get("verdict") == cpu.quality.get("verdict")
+    # a flow's fit and MALA's accept/reject run longer chains of float64 ops: a looser tolerance than above,
+    # still far below any statistical difference
+    torch.testing.assert_close(cuda.particles.cpu(), cpu.particles, rtol=1e-4, atol=1e-4)
