@@ -30,10 +30,10 @@ def _print_json(value: Any) -> None:
 
 
 def _wait(client: Any, job_id: str, args: argparse.Namespace) -> dict[str, Any]:
-    from parvis.progress import describe
+    from parvis.progress import describe, quality_notes
 
     job = client.wait(job_id, progress=not args.quiet, raise_on_failure=False)
-    print(describe(job), file=sys.stderr)
+    print("\n".join([describe(job), *quality_notes(job)]), file=sys.stderr)
     return job
 
 
@@ -57,7 +57,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from parvis.progress import describe
+    from parvis.progress import describe, quality_notes
 
     with _client(args) as client:
         job = client.job(args.job)
@@ -69,7 +69,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     elif args.json:
         _print_json(job)
     else:
-        print(describe(job))
+        print("\n".join([describe(job), *quality_notes(job)]))
     return 0
 
 

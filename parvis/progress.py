@@ -41,7 +41,17 @@ def describe(job: dict[str, Any]) -> str:
         parts.append(f"sampler {job['sampler_id']}")
     if job.get("error"):
         parts.append(f"error {job['error'].get('code')}: {job['error'].get('detail')}")
+    if (verdict := (job.get("quality") or {}).get("verdict")) is not None:
+        parts.append(f"quality {verdict}")
     return "  ".join(parts)
+
+
+def quality_notes(job: dict[str, Any]) -> list[str]:
+    """The lines under `describe` for a finished job its `quality` block does not trust: each warning, then
+    what to try (`next_steps`, each a remedy the service measured)."""
+    quality = job.get("quality") or {}
+    return ([f"  warning {w.get('code')}: {w.get('message')}" for w in quality.get("warnings") or []]
+            + [f"  try: {step}" for step in quality.get("next_steps") or []])
 
 
 class ProgressBar:

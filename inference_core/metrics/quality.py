@@ -53,6 +53,7 @@ from typing import Any
 import torch
 
 from inference_core.metrics.ksd_test import ksd_test
+from inference_core.metrics.next_steps import TRY_AUTO_FOR_DRAWS, next_steps
 
 #: r below this in the root-mean-square over coordinates, or below MIN_RATIO in any coordinate → collapsed.
 #: 0.8: sds more than 20 % low (the robustness suite's bar, |log sd ratio| ≤ 0.25, is a ratio of 0.78). It was
@@ -167,11 +168,12 @@ def quality_report(method: Any, final_metrics: dict[str, float]) -> dict[str, An
     errors = {key: final_metrics[key] for key in REFERENCE_ERRORS
               if key in final_metrics and math.isfinite(final_metrics[key])}
     report["reference"] = errors or None
-    return _with_verdict(report, warnings)
+    return _with_verdict(report, warnings, next_steps(method, (w["code"] for w in warnings)))
 
 
-def _with_verdict(report: dict[str, Any], warnings: list[dict[str, str]]) -> dict[str, Any]:
+def _with_verdict(report: dict[str, Any], warnings: list[dict[str, str]], steps: list[str]) -> dict[str, Any]:
     report["warnings"] = warnings
+    report["next_steps"] = steps
     report["trustworthy"] = not warnings
     report["verdict"] = "unreliable" if warnings else "good"
     report["reason"] = ("; ".join(w["message"] for w in warnings) if warnings else
@@ -191,7 +193,9 @@ def with_sampler_certificate(report: dict[str, Any], certificate: dict[str, Any]
         return report
     merged = {**report, "sampler_verdict": certificate["verdict"]}
     warnings = list(report.get("warnings") or [])
+    steps = list(report.get("next_steps") or [])
     if certificate["verdict"] == "unreliable":
         warnings.append({"code": "sampler_unreliable", "message": (
             f"the sampler's certificate (2,000 fresh draws) calls it unreliable: {certificate.get('reason', '')}")})
-    return _with_verdict(merged, warnings)
+        steps += [] if TRY_AUTO_FOR_DRAWS in steps else [TRY_AUTO_FOR_DRAWS]
+    return _with_verdict(merged, warnings, steps)

@@ -37,6 +37,9 @@ BNN = {"method": "svgd", "name": "1-D BNN", "num_particles": 20, "steps": 300, "
                   "y": (np.sin(X_1D) + 0.1 * np.random.default_rng(0).standard_normal(40)).tolist()},
                   "hidden": [20], "noise": {"type": "fixed", "std": 0.1}}}
 DRAWS = 500
+#: 50 particles in d = 40 with the papers' settings: collapsed, so its job carries warnings and `next_steps`
+COLLAPSED = {"method": "svgd", "name": "collapsed", "num_particles": 50, "steps": 300, "seed": 5,
+             "target": {"kind": "gaussian", "mean": [0.0] * 40, "cov": np.eye(40).tolist()}}
 LIVE = {"method": "svgd", "name": "live", "target": BANANA, "num_particles": 100, "steps": 30000, "seed": 4}
 
 
@@ -65,12 +68,15 @@ def test_the_dashboard_shows_a_finished_jobs_curves_and_2d_plot(tmp_path: Path) 
         served.wait_ready()
         key = _cli("keys", "create", "--tenant", "demo", "--data-dir", str(served.data_dir), env=env)
         auth = {"Authorization": f"Bearer {key}"}
-        ids = [client.post("/v1/jobs", json=spec, headers=auth).json()["id"] for spec in (GENERATOR, BNN, SPEC)]
+        ids = [client.post("/v1/jobs", json=spec, headers=auth).json()["id"]
+               for spec in (GENERATOR, BNN, COLLAPSED, SPEC)]
         for each in ids:
             job = wait_for(lambda j=each: (got := client.get(f"/v1/jobs/{j}", headers=auth).json())["status"] in
                            {"succeeded", "failed"} and got, 300, interval=0.5, what=f"job {each}")
             assert job["status"] == "succeeded", (job["error"], log.read_text())
-        generator_id, bnn_id, job_id = ids
+        generator_id, bnn_id, collapsed_id, job_id = ids
+        advice = client.get(f"/v1/jobs/{collapsed_id}", headers=auth).json()["quality"]["next_steps"]
+        assert advice, "the collapsed job carries no next_steps"
         steps = len(client.get(f"/v1/jobs/{job_id}/metrics", headers=auth).json()["points"])
 
         with sync_playwright() as playwright:
@@ -129,6 +135,12 @@ def test_the_dashboard_shows_a_finished_jobs_curves_and_2d_plot(tmp_path: Path) 
             page.screenshot(path=str(tmp_path / "generator.png"), full_page=True)
             assert sampler_zip.value.suggested_filename.endswith(".zip")
             assert Path(sampler_zip.value.path()).read_bytes()[:2] == b"PK"
+
+
+            page.goto(f"{base}/ui/#/jobs/{collapsed_id}")  # a flagged job: its warnings and what to try
+            shown = page.wait_for_selector("[data-role=next-steps]", timeout=60_000).inner_text()
+            assert "What to try" in shown and all(step in shown for step in advice), shown
+            assert "collapsed" in page.inner_text("[data-role=header] .warnings")
 
             page.goto(f"{base}/ui/#/jobs/{bnn_id}")  # 1-D regression: the predictive band
             band = page.wait_for_selector("[data-role=band][data-points='200']", timeout=60_000)

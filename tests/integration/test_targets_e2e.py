@@ -111,3 +111,5 @@ def test_auto_job_reports_quality_and_a_collapsed_job_is_flagged(embedded: Stack
     bad = embedded.wait_status(collapsed.json()["id"], {"succeeded", "failed"}, timeout=120)
     assert bad["quality"]["trustworthy"] is False
     assert "collapsed" in [w["code"] for w in bad["quality"]["warnings"]]
+    assert "method: \"auto\"" in bad["quality"]["next_steps"][0]  # and what to do instead
+    assert auto_job["quality"]["next_steps"] == []

@@ -11,7 +11,7 @@ import pytest
 import parvis
 from parvis.errors import error_from_problem
 from parvis.export import block_dims, named_variables
-from parvis.progress import EventStreamParser, describe, headline_metric
+from parvis.progress import EventStreamParser, describe, headline_metric, quality_notes
 from parvis.specs import load_spec
 
 
@@ -73,3 +73,9 @@ def test_describe_and_headline_metric() -> None:
            "metrics": {"ksd": 0.5, "loss": 1.25}}
     assert headline_metric(job["metrics"]) == ("loss", 1.25)
     assert describe(job) == "job_1  running  step 5/10  loss=1.25  eta 01:05"
+    assert quality_notes(job) == []
+    flagged = {**job, "status": "succeeded", "quality": {
+        "verdict": "unreliable", "warnings": [{"code": "collapsed", "message": "spread less"}],
+        "next_steps": ["use auto"]}}
+    assert describe(flagged) == "job_1  succeeded  step 5/10  loss=1.25  quality unreliable"
+    assert quality_notes(flagged) == ["  warning collapsed: spread less", "  try: use auto"]

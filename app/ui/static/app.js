@@ -117,6 +117,7 @@ async function showJobs(signal) {
 function jobHeader(job) {
   const p = job.progress ?? {};
   const warnings = job.quality?.warnings ?? [];
+  const nextSteps = job.quality?.next_steps ?? [];
   return h("div", {},
     h("h1", {}, job.name || job.id, " ", badge(job.status)),
     h("p", { class: "muted" }, `${job.id} · ${job.method} on ${targetKind(job) || "?"} · created ${when(job.created_at)}`),
@@ -127,7 +128,9 @@ function jobHeader(job) {
       job.started_at && job.finished_at
         ? h("span", {}, `took ${duration((new Date(job.finished_at) - new Date(job.started_at)) / 1000)}`) : null),
     job.error ? h("p", { class: "error" }, `${job.error.code}: ${job.error.detail}`) : null,
-    warnings.length ? h("ul", { class: "warnings" }, warnings.map((w) => h("li", {}, `${w.code}: ${w.message}`))) : null);
+    warnings.length ? h("ul", { class: "warnings" }, warnings.map((w) => h("li", {}, `${w.code}: ${w.message}`))) : null,
+    nextSteps.length ? h("div", { class: "next-steps", "data-role": "next-steps" },
+      h("strong", {}, "What to try"), h("ul", {}, nextSteps.map((step) => h("li", {}, step)))) : null);
 }
 
 /** The metric trace, fetched incrementally (`since_step`) and drawn one chart per curve. */

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from inference_core import errors
+from inference_core.metrics.next_steps import TRY_AUTO_FOR_PARTICLES
 from inference_core.serialization import state_from_bytes, state_to_bytes
 from inference_core.spec import validate_job_spec
 from inference_core.training import build_method, checkpoint_state, run
@@ -127,6 +128,11 @@ def test_a_collapsed_run_is_flagged_and_a_good_one_is_not() -> None:
     assert good.quality["ksd"]["level"] == 0.001
     assert good.quality["reference"] == {key: good.final_metrics[key] for key in
                                          ("mean_error", "cov_error_rel", "mmd2_reference")}
+    # what the collapsed job tells the user to do works: `auto` on the same target and particle count
+    assert collapsed.quality["next_steps"] == [TRY_AUTO_FOR_PARTICLES] and good.quality["next_steps"] == []
+    followed = run({"method": "auto", "seed": 0, "num_particles": 50, "target": gaussian})
+    assert followed.quality["trustworthy"] and followed.quality["next_steps"] == [], followed.quality
+    assert abs(float(followed.particles.double().std(0).log().mean())) < 0.1  # N(0, I): log sd 0
 
 
 def test_a_naively_written_mixture_starts_and_fits_in_float32() -> None:

@@ -1,0 +1,66 @@
+"""`next_steps` in a job's `quality` block: what to try when the block raises warnings, one line per kind of
+trouble, each the remedy the robustness suite measured (docs/method-choice.md). A warning says what is wrong;
+this says what to change. Empty when there is no warning, or when no measured remedy applies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from inference_core.schemas.methods import PRECONDITION_MAX_DIM
+
+#: a particle method of the papers (`svgd`, `gfsf`, ..., `ensemble`) on a target `auto` takes
+TRY_AUTO_FOR_PARTICLES = (
+    "the papers' particle methods shrink the small scales of a badly scaled posterior, and the spread of one in "
+    "more than a few dimensions: `method: \"auto\"` (Pathfinder whitening, a kernel widened with the dimension, a "
+    "stopping rule) met the robustness suite's bars on 15 of its 15 problems, where `svgd` with its defaults met "
+    "none and with `options.precondition: \"pathfinder\"` 3")
+
+#: a generator whose job or sampler checks failed
+TRY_AUTO_FOR_DRAWS = (
+    "where a fixed set of draws is enough, `method: \"auto\"` met the robustness suite's bars on 15 of its 15 "
+    "problems")
+
+#: `auto`'s remedies, by the warning codes they answer
+AUTO_REMEDIES: tuple[tuple[frozenset[str], str], ...] = (
+    (frozenset({"starts_disagree", "mode_weights"}),
+     "the posterior has more than one mode: run a second `seed` and compare the means; "
+     "`options.pathfinder.starts` and `options.pathfinder.probes` set how widely Pathfinder looks for modes"),
+    (frozenset({"heavy_tails"}),
+     "the tails are too heavy for standard deviations to be estimated: report medians and quantiles instead"),
+    (frozenset({"estimates_disagree", "stuck_chains"}),
+     "the normalising flow fits the posterior too poorly: raise `options.flow.steps`"),
+    (frozenset({"not_converged"}),
+     "raise `steps` (an upper bound for `auto`: it stops where the moments settle)"),
+    (frozenset({"collapsed"}),
+     "raise `num_particles`: n particles span at most n − 1 directions, and their sds carry a sampling "
+     "error of about 1/√(2n)"),
+    (frozenset({"ksd_rejects", "stranded_draws", "overdispersed"}),
+     "run a second `seed` and compare the means and sds in units of the posterior sd"),
+)
+
+
+def _auto_takes_its_target(method: Any) -> bool:
+    """A particle method (it has `moved`, the density its particles move on) whose target `auto` takes: no
+    initialisation of its own (network weights, whose remedies are docs/prediction.md's), d ≤ 2,000."""
+    target = getattr(method, "target", None)
+    if target is None or not hasattr(method, "moved"):
+        return False
+    dim = getattr(target, "dim", None)
+    return getattr(target, "initial_particles", None) is None and bool(dim) and dim <= PRECONDITION_MAX_DIM
+
+
+def next_steps(method: Any, codes: Iterable[str]) -> list[str]:
+    """The remedies for the warnings `codes` raised on a run of `method` (a `Method`, read by duck typing)."""
+    codes = set(codes)
+    if not codes:
+        return []
+    name = getattr(method, "name", "")
+    if name == "auto":
+        return [remedy for answers, remedy in AUTO_REMEDIES if answers & codes]
+    if _auto_takes_its_target(method):
+        return [TRY_AUTO_FOR_PARTICLES]
+    if name.startswith(("gpvi", "amortized")):
+        return [TRY_AUTO_FOR_DRAWS]
+    return []
