@@ -81,6 +81,7 @@ def run_cell(name: str, column: str, device: str, seed: int, options: dict[str, 
             "particles_device": str(method.particles().device), "steps": result.steps_completed,
             "grad_evals": result.final_metrics.get("grad_evals"), "wall_s": round(wall, 2),
             "verdict": result.quality.get("verdict"), "probed_modes": result.quality.get("probed_modes"),
+            "rhat_max": (result.quality.get("chains") or {}).get("rhat_max"),
             **{k: cell[k] for k in ("mean_error", "log_sd_error", "pass")}}
 
 
