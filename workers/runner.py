@@ -269,7 +269,8 @@ class JobExecution:
                 if predictor is not None:
                     artifacts.append(predictor)
             hooks.latest.update(clean_metrics(result.final_metrics))
-            quality = result.quality if sampler is None else with_sampler_certificate(result.quality, sampler.quality)
+            quality = result.quality if sampler is None else with_sampler_certificate(
+                result.quality, sampler.quality, result.method)
             self._finish(hooks, "succeeded", artifacts=artifacts, sampler=sampler, quality=json_safe(quality))
 
     def _store_sampler(self, result: RunResult, artifacts: list[Artifact]) -> Sampler | None:

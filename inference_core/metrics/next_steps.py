@@ -42,13 +42,12 @@ AUTO_REMEDIES: tuple[tuple[frozenset[str], str], ...] = (
 
 
 def _auto_takes_its_target(method: Any) -> bool:
-    """A particle method (it has `moved`, the density its particles move on) whose target `auto` takes: no
-    initialisation of its own (network weights, whose remedies are docs/prediction.md's), d ≤ 2,000."""
+    """`auto` takes the method's target and suits it: no initialisation of the target's own (network weights, whose
+    remedies are docs/prediction.md's), d ≤ 2,000."""
     target = getattr(method, "target", None)
-    if target is None or not hasattr(method, "moved"):
-        return False
     dim = getattr(target, "dim", None)
-    return getattr(target, "initial_particles", None) is None and bool(dim) and dim <= PRECONDITION_MAX_DIM
+    return (target is not None and getattr(target, "initial_particles", None) is None and bool(dim)
+            and dim <= PRECONDITION_MAX_DIM)
 
 
 def next_steps(method: Any, codes: Iterable[str]) -> list[str]:
@@ -59,7 +58,9 @@ def next_steps(method: Any, codes: Iterable[str]) -> list[str]:
     name = getattr(method, "name", "")
     if name == "auto":
         return [remedy for answers, remedy in AUTO_REMEDIES if answers & codes]
-    if _auto_takes_its_target(method):
+    if not _auto_takes_its_target(method):
+        return []
+    if hasattr(method, "moved"):  # a particle method: `moved` is the density its particles move on
         return [TRY_AUTO_FOR_PARTICLES]
     if name.startswith(("gpvi", "amortized")):
         return [TRY_AUTO_FOR_DRAWS]

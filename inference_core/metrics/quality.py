@@ -53,7 +53,7 @@ from typing import Any
 import torch
 
 from inference_core.metrics.ksd_test import ksd_test
-from inference_core.metrics.next_steps import TRY_AUTO_FOR_DRAWS, next_steps
+from inference_core.metrics.next_steps import next_steps
 
 #: r below this in the root-mean-square over coordinates, or below MIN_RATIO in any coordinate → collapsed.
 #: 0.8: sds more than 20 % low (the robustness suite's bar, |log sd ratio| ≤ 0.25, is a ratio of 0.78). It was
@@ -182,10 +182,11 @@ def _with_verdict(report: dict[str, Any], warnings: list[dict[str, str]], steps:
     return report
 
 
-def with_sampler_certificate(report: dict[str, Any], certificate: dict[str, Any] | None) -> dict[str, Any]:
+def with_sampler_certificate(report: dict[str, Any], certificate: dict[str, Any] | None,
+                             method: Any) -> dict[str, Any]:
     """The job's `quality` block of a generative method, told what its sampler's certificate found
     (samplers.certificate.sampler_quality): `sampler_verdict`, and the warning `sampler_unreliable` where the
-    certificate calls the sampler unreliable. The job's own checks look at its last training batch of ~100 draws;
+    certificate calls the sampler unreliable, with `method`'s next step for it (next_steps). The job's own checks look at its last training batch of ~100 draws;
     the certificate at 2,000 fresh draws with importance weights, and sees what they miss: GPVI stuck in centred
     eight schools' neck, 11.8 sds off, passed the job's checks once (KSD p 0.002 at the 0.001 level) while the
     certificate's k̂ rejected it (docs/method-choice.md). A new dict; `report` is left as it was."""
@@ -197,5 +198,5 @@ def with_sampler_certificate(report: dict[str, Any], certificate: dict[str, Any]
     if certificate["verdict"] == "unreliable":
         warnings.append({"code": "sampler_unreliable", "message": (
             f"the sampler's certificate (2,000 fresh draws) calls it unreliable: {certificate.get('reason', '')}")})
-        steps += [] if TRY_AUTO_FOR_DRAWS in steps else [TRY_AUTO_FOR_DRAWS]
+        steps += [step for step in next_steps(method, ["sampler_unreliable"]) if step not in steps]
     return _with_verdict(merged, warnings, steps)

@@ -5,6 +5,7 @@ library and against the closed-form Gaussian log-density (scipy, float64)."""
 from __future__ import annotations
 
 import io
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -160,11 +161,12 @@ def test_the_certificate_merge_adds_only_an_unreliable_verdict() -> None:
     from inference_core.metrics.quality import with_sampler_certificate
 
     job = {"ksd": None, "warnings": [], "trustworthy": True, "verdict": "good", "reason": "no warning raised"}
-    assert with_sampler_certificate(job, None) is job
-    assert with_sampler_certificate(job, {"verdict": None, "reason": "no density"}) is job
-    corrected = with_sampler_certificate(job, {"verdict": "usable with correction", "reason": "k̂ 0.6"})
+    gpvi = SimpleNamespace(name="gpvi", target=SimpleNamespace(dim=2, initial_particles=None))
+    assert with_sampler_certificate(job, None, gpvi) is job
+    assert with_sampler_certificate(job, {"verdict": None, "reason": "no density"}, gpvi) is job
+    corrected = with_sampler_certificate(job, {"verdict": "usable with correction", "reason": "k̂ 0.6"}, gpvi)
     assert corrected["verdict"] == "good" and corrected["sampler_verdict"] == "usable with correction"
-    bad = with_sampler_certificate(job, {"verdict": "unreliable", "reason": "Pareto k̂ = 3.10 is over"})
+    bad = with_sampler_certificate(job, {"verdict": "unreliable", "reason": "Pareto k̂ = 3.10 is over"}, gpvi)
     assert bad["verdict"] == "unreliable" and [w["code"] for w in bad["warnings"]] == ["sampler_unreliable"]
     assert "Pareto k̂ = 3.10 is over" in bad["reason"]
     assert job["verdict"] == "good" and job["warnings"] == []  # the job's own block is left as it was

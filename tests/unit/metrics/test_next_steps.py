@@ -40,15 +40,19 @@ def test_particle_methods_are_sent_to_auto_only_where_auto_takes_their_target() 
     too_large = SimpleNamespace(dim=2001, initial_particles=None)
     assert next_steps(SimpleNamespace(name="svgd", target=too_large, moved=too_large), ["collapsed"]) == []
     assert next_steps(SimpleNamespace(name="nuts", target=gaussian), ["not_converged"]) == []
+    assert next_steps(SimpleNamespace(name="gpvi", target=network), ["ksd_rejects"]) == []
     assert next_steps(SimpleNamespace(name="gpvi", target=gaussian), ["ksd_rejects"]) == [TRY_AUTO_FOR_DRAWS]
 
 
-def test_an_unreliable_sampler_certificate_adds_the_advice_once() -> None:
+def test_an_unreliable_sampler_certificate_adds_the_advice_once_and_only_where_auto_applies() -> None:
     report = {"warnings": [], "next_steps": [], "verdict": "good", "trustworthy": True}
     unreliable = {"verdict": "unreliable", "reason": "k̂ 0.9"}
-    merged = with_sampler_certificate(report, unreliable)
+    gpvi = SimpleNamespace(name="gpvi", target=SimpleNamespace(dim=2, initial_particles=None))
+    merged = with_sampler_certificate(report, unreliable, gpvi)
     assert merged["next_steps"] == [TRY_AUTO_FOR_DRAWS] and merged["verdict"] == "unreliable"
     assert report["next_steps"] == []  # a new dict
     already = {**report, "warnings": [{"code": "ksd_rejects", "message": "m"}], "next_steps": [TRY_AUTO_FOR_DRAWS]}
-    assert with_sampler_certificate(already, unreliable)["next_steps"] == [TRY_AUTO_FOR_DRAWS]
-    assert with_sampler_certificate(report, {"verdict": "usable with correction"})["next_steps"] == []
+    assert with_sampler_certificate(already, unreliable, gpvi)["next_steps"] == [TRY_AUTO_FOR_DRAWS]
+    assert with_sampler_certificate(report, {"verdict": "usable with correction"}, gpvi)["next_steps"] == []
+    on_a_network = SimpleNamespace(name="gpvi", target=SimpleNamespace(dim=500, initial_particles=lambda *a: None))
+    assert with_sampler_certificate(report, unreliable, on_a_network)["next_steps"] == []
