@@ -136,10 +136,11 @@ def quality_report(method: Any, final_metrics: dict[str, float]) -> dict[str, An
                 report["spread_ratio_rms"] = mean_ratio
                 report["spread_ratio_min"] = min_ratio if ratios is not None else None
                 if mean_ratio < MEAN_RATIO_LOW or min_ratio < MIN_RATIO:
+                    # per-direction ratios need more draws than dimensions (stein_spread_ratios)
+                    smallest = f", smallest direction {min_ratio:.2f}" if ratios is not None else ""
                     warnings.append({"code": "collapsed", "message": (
-                        f"the draws spread less than the target's score implies (Stein ratio rms {mean_ratio:.2f}, "
-                        f"smallest direction {min_ratio:.2f}; 1 when the spread is right): standard deviations "
-                        "are likely underestimated")})
+                        f"the draws spread less than the target's score implies (Stein ratio rms {mean_ratio:.2f}"
+                        f"{smallest}; 1 when the spread is right): standard deviations are likely underestimated")})
                 elif mean_ratio > MEAN_RATIO_HIGH:
                     warnings.append({"code": "overdispersed", "message": (
                         f"the draws spread more than the target's score implies (Stein ratio rms "

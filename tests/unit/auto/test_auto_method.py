@@ -124,6 +124,7 @@ def test_a_collapsed_run_is_flagged_and_a_good_one_is_not() -> None:
     assert good.quality["ksd_test_pvalue"] > 0.05
     # the shape shared with sampler certificates (issue 16)
     assert collapsed.quality["verdict"] == "unreliable" and "spread less" in collapsed.quality["reason"]
+    assert "nan" not in collapsed.quality["reason"]  # 50 draws in d = 50: no per-direction ratio to quote
     assert good.quality["verdict"] == "good" and good.quality["ksd"]["pvalue"] == good.quality["ksd_test_pvalue"]
     assert good.quality["ksd"]["level"] == 0.001
     assert good.quality["reference"] == {key: good.final_metrics[key] for key in
