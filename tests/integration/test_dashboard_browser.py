@@ -2,7 +2,8 @@
 authentication on and three short jobs run to completion (SVGD on a 2-D banana, a GPVI generator on it, an SVGD
 BNN on 1-D data), then /ui: the key is entered once (and survives a reload), the jobs list shows the jobs, the
 SVGD page draws the training curves and the particles over the target density, the generator's page draws
-fresh samples on request, the BNN's page its predictive band; no console error, no request elsewhere. The
+fresh samples on request, a collapsed SVGD job's page its warnings and what to try (`next_steps`), the BNN's
+page its predictive band; no console error, no request elsewhere. The
 screenshot of the SVGD page is written to the test's directory, and to docs/figures/dashboard.png with
 PARVIS_UPDATE_DASHBOARD_SCREENSHOT=1 (how the README's picture is made)."""
 
@@ -135,7 +136,6 @@ def test_the_dashboard_shows_a_finished_jobs_curves_and_2d_plot(tmp_path: Path) 
             page.screenshot(path=str(tmp_path / "generator.png"), full_page=True)
             assert sampler_zip.value.suggested_filename.endswith(".zip")
             assert Path(sampler_zip.value.path()).read_bytes()[:2] == b"PK"
-
 
             page.goto(f"{base}/ui/#/jobs/{collapsed_id}")  # a flagged job: its warnings and what to try
             shown = page.wait_for_selector("[data-role=next-steps]", timeout=60_000).inner_text()
