@@ -1,6 +1,6 @@
 """The dashboard in a real headless Chromium (Debian's `chromium`, driven by Playwright): `parvis serve` with
-authentication on and three short jobs run to completion (SVGD on a 2-D banana, a GPVI generator on it, an SVGD
-BNN on 1-D data), then /ui: the key is entered once (and survives a reload), the jobs list shows the jobs, the
+authentication on and four short jobs run to completion (SVGD on a 2-D banana, a GPVI generator on it, an SVGD
+BNN on 1-D data, SVGD collapsed in d = 40), then /ui: the key is entered once (and survives a reload), the jobs list shows the jobs, the
 SVGD page draws the training curves and the particles over the target density, the generator's page draws
 fresh samples on request, a collapsed SVGD job's page its warnings and what to try (`next_steps`), the BNN's
 page its predictive band; no console error, no request elsewhere. The
