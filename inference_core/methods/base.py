@@ -33,6 +33,7 @@ from inference_core.schemas.kernels import KernelOptions
 from inference_core.schemas.methods import PRECONDITION_MAX_DIM, InitOptions, ParticleMethodOptions
 from inference_core.seeding import derive_seed, per_particle_normal
 from inference_core.targets.base import Target
+from inference_core.targets.whitened import can_whiten
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
@@ -153,7 +154,7 @@ class ParticleMethod(Method):
         """`precondition: "pathfinder"`: the target in the coordinates Pathfinder's Gaussian whitens (seed stream
         PRECONDITION_STREAM; `auto`'s Pathfinder options)."""
         target = self.target
-        if getattr(target, "initial_particles", None) is not None or not target.dim or target.dim > PRECONDITION_MAX_DIM:
+        if not can_whiten(target):
             raise errors.MethodOptionsInvalid(
                 f"precondition 'pathfinder' takes targets without an initialisation of their own (not network "
                 f"weights) of dimension 1 to {PRECONDITION_MAX_DIM} (dense Pathfinder Hessians); a {target.kind!r} "

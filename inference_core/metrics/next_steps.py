@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from inference_core.schemas.methods import PRECONDITION_MAX_DIM
+from inference_core.targets.whitened import can_whiten
 
 #: a particle method of the papers (`svgd`, `gfsf`, ..., `ensemble`) on a target `auto` takes
 TRY_AUTO_FOR_PARTICLES = (
@@ -41,15 +41,6 @@ AUTO_REMEDIES: tuple[tuple[frozenset[str], str], ...] = (
 )
 
 
-def _auto_takes_its_target(method: Any) -> bool:
-    """`auto` takes the method's target and suits it: no initialisation of the target's own (network weights, whose
-    remedies are docs/prediction.md's), d ≤ 2,000."""
-    target = getattr(method, "target", None)
-    dim = getattr(target, "dim", None)
-    return (target is not None and getattr(target, "initial_particles", None) is None and bool(dim)
-            and dim <= PRECONDITION_MAX_DIM)
-
-
 def next_steps(method: Any, codes: Iterable[str]) -> list[str]:
     """The remedies for the warnings `codes` raised on a run of `method` (a `Method`, read by duck typing)."""
     codes = set(codes)
@@ -58,7 +49,8 @@ def next_steps(method: Any, codes: Iterable[str]) -> list[str]:
     name = getattr(method, "name", "")
     if name == "auto":
         return [remedy for answers, remedy in AUTO_REMEDIES if answers & codes]
-    if not _auto_takes_its_target(method):
+    target = getattr(method, "target", None)
+    if target is None or not can_whiten(target):  # network weights' remedies are docs/prediction.md's
         return []
     if hasattr(method, "moved"):  # a particle method: `moved` is the density its particles move on
         return [TRY_AUTO_FOR_PARTICLES]

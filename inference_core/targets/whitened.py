@@ -10,7 +10,15 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from inference_core.schemas.methods import PRECONDITION_MAX_DIM
 from inference_core.targets.base import Target
+
+
+def can_whiten(target: Target) -> bool:
+    """Pathfinder's whitening suits `target`: it has no initialisation of its own (network weights, whose scales
+    come from their fan-in) and 1 ≤ d ≤ PRECONDITION_MAX_DIM (Pathfinder forms dense d×d Hessians)."""
+    dim = getattr(target, "dim", None)
+    return getattr(target, "initial_particles", None) is None and bool(dim) and dim <= PRECONDITION_MAX_DIM
 
 
 class WhitenedTarget(Target):
