@@ -281,11 +281,11 @@ class JobExecution:
         record, rows = store_sampler(self.context.store, trained, tenant_id=self.job.tenant_id,
                                      job_id=self.job.id, method=self.job.method)
         record.expires_at = self.job.expires_at  # retention: a sampler lives as long as its job
-        record.quality = json_safe(self._certify(trained))
+        record.quality = json_safe(self._certify(trained, result.method.target_space_checks))
         artifacts.extend(rows)
         return record
 
-    def _certify(self, trained: Any) -> dict[str, Any]:
+    def _certify(self, trained: Any, target_space_checks: bool = True) -> dict[str, Any]:
         """The sampler's quality report (issue 16), against the job's target rebuilt in float64 on the CPU with
         the worker's dataset loader (data targets included: the worker has their data). Never fails the job."""
         try:
@@ -294,7 +294,8 @@ class JobExecution:
             target = build_target(self.job.spec["target"], BuildContext(
                 dtype=torch.float64, load_dataset=dataset_loader(self.context.sessions, self.context.store,
                                                                  self.job.tenant_id)))
-            return sampler_quality(trained, target, seed=int(self.job.spec.get("seed", 0)))
+            return sampler_quality(trained, target, seed=int(self.job.spec.get("seed", 0)),
+                                   target_space_checks=target_space_checks)
         except Exception as exc:  # noqa: BLE001 - a report that cannot be made is said so, not fatal
             logger.warning("job %s: sampler quality report failed", self.job.id, exc_info=True)
             return {"verdict": None, "reason": f"the quality report could not be computed ({type(exc).__name__})"}

@@ -53,6 +53,13 @@ def expected_calibration_error(probs, labels, n_bins: int = 15) -> float:
     equal-width intervals ((m−1)/M, m/M] of [0, 1] (M = n_bins; the GPVI paper's Appendix E uses M = 15, as
     Guo et al.'s code), a confidence of exactly 0 falls in the first bin; empty bins count zero.
     """
+    count, accuracy_sum, confidence_sum = calibration_bins(probs, labels, n_bins)
+    return float(np.abs(accuracy_sum - confidence_sum).sum() / count.sum())
+
+
+def calibration_bins(probs, labels, n_bins: int = 15) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per confidence bin (those of `expected_calibration_error`): the count of rows, the sum of their
+    correctness (1 where the arg-max is the label) and the sum of their confidences, each [n_bins] float64."""
     p = _as_probs(probs)
     y = np.asarray(labels.detach().cpu() if hasattr(labels, "detach") else labels)
     if y.ndim != 1 or y.shape[0] != p.shape[0]:
@@ -63,9 +70,9 @@ def expected_calibration_error(probs, labels, n_bins: int = 15) -> float:
     correct = (p.argmax(axis=1) == y).astype(np.float64)
     # Bin m holds confidences in ((m−1)/M, m/M]: ceil(c·M) − 1, clipped so that c = 0 lands in bin 0.
     bins = np.clip(np.ceil(confidence * n_bins).astype(np.int64) - 1, 0, n_bins - 1)
-    accuracy_sum = np.bincount(bins, weights=correct, minlength=n_bins)
-    confidence_sum = np.bincount(bins, weights=confidence, minlength=n_bins)
-    return float(np.abs(accuracy_sum - confidence_sum).sum() / p.shape[0])
+    return (np.bincount(bins, minlength=n_bins).astype(np.float64),
+            np.bincount(bins, weights=correct, minlength=n_bins),
+            np.bincount(bins, weights=confidence, minlength=n_bins))
 
 
 def auroc(scores_in, scores_out) -> float:

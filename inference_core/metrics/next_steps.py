@@ -41,19 +41,31 @@ AUTO_REMEDIES: tuple[tuple[frozenset[str], str], ...] = (
 )
 
 
+#: the predictive checks' remedies (metrics.predictive_checks), by warning code
+PREDICTIVE_REMEDIES: tuple[tuple[frozenset[str], str], ...] = (
+    (frozenset({"no_better_than_mean"}),
+     "the posterior predicts about the mean of y: raise `steps`, or use `fsvgd` or `ensemble`, whose predictive "
+     "means fit each UCI set of docs/reproduction.md far better than ȳ"),
+    (frozenset({"miscalibrated"}),
+     "the predictive intervals do not cover held-out data at their level: compare with `fsvgd` or `ensemble` on "
+     "the same target, and read `quality.predictive.coverage` before trusting an interval (docs/prediction.md)"),
+)
+
+
 def next_steps(method: Any, codes: Iterable[str]) -> list[str]:
     """The remedies for the warnings `codes` raised on a run of `method` (a `Method`, read by duck typing)."""
     codes = set(codes)
     if not codes:
         return []
     name = getattr(method, "name", "")
+    predictive = [remedy for answers, remedy in PREDICTIVE_REMEDIES if answers & codes]
     if name == "auto":
         return [remedy for answers, remedy in AUTO_REMEDIES if answers & codes]
     target = getattr(method, "target", None)
-    if target is None or not can_whiten(target):  # network weights' remedies are docs/prediction.md's
-        return []
+    if target is None or not can_whiten(target):  # network weights' other remedies are docs/prediction.md's
+        return predictive
     if hasattr(method, "moved"):  # a particle method: `moved` is the density its particles move on
-        return [TRY_AUTO_FOR_PARTICLES]
+        return [TRY_AUTO_FOR_PARTICLES, *predictive]
     if name.startswith(("gpvi", "amortized")):
-        return [TRY_AUTO_FOR_DRAWS]
-    return []
+        return [TRY_AUTO_FOR_DRAWS, *predictive]
+    return predictive

@@ -35,13 +35,18 @@ stuck in the neck) is not stranded there either (Δ 16.3; ratio 0.75, KSD p 0.00
 `not_converged` (docs/method-choice.md).
 
 Methods add their own facts and warnings through `method.quality()` (auto: Pathfinder agreement between
-starts, spread against the Pathfinder scale, convergence). `trustworthy` is False when any warning is raised.
+starts, spread against the Pathfinder scale, convergence). Jobs on a `bnn` or `function_posterior` target also
+get the predictive checks of `metrics.predictive_checks` (`predictive`: the fit against ȳ, the coverage of held-out
+data), which are what sees a posterior over network weights. `checks` names the checks that ran.
 
 The shape shared with a sampler's certificate (samplers.certificate.sampler_quality), so clients read one
 format: `ksd` {statistic, pvalue, n, level, kernel, bootstrap}, `reference` {mean_error, cov_error_rel,
 mmd2_reference} (the final eval metrics against the target's exact moments or draws, where it has them; null
-otherwise), `verdict` (`good` when no warning is raised, else `unreliable`; particles admit no importance
-correction, so never `usable with correction`) and `reason`.
+otherwise), `verdict` and `reason`: `unreliable` when a warning is raised, else `good` where at least one check
+ran and `unchecked` where none applies (no `good` that nothing vouches for); particles admit no importance
+correction, so a job is `usable with correction` only through its sampler's certificate
+(`with_sampler_certificate`: a job is never called better than its sampler). `trustworthy` is True only with
+`good`.
 """
 
 from __future__ import annotations
@@ -54,6 +59,8 @@ import torch
 
 from inference_core.metrics.ksd_test import ksd_test
 from inference_core.metrics.next_steps import next_steps
+from inference_core.metrics.predictive_checks import method_predictive_checks
+from inference_core.samplers.certificate import VERDICTS
 
 #: r below this in the root-mean-square over coordinates, or below MIN_RATIO in any coordinate → collapsed.
 #: 0.8: sds more than 20 % low (the robustness suite's bar, |log sd ratio| ≤ 0.25, is a ratio of 0.78). It was
@@ -126,7 +133,8 @@ def check_stranded(log_p: torch.Tensor, d: int, report: dict[str, Any], warnings
 def quality_report(method: Any, final_metrics: dict[str, float]) -> dict[str, Any]:
     report: dict[str, Any] = {}
     warnings: list[dict[str, str]] = []
-    if method.particles_in_target_space:
+    checks: list[str] = []
+    if method.particles_in_target_space and method.target_space_checks:
         x, target, report["checked_in"] = method.diagnostic_coordinates()
         if x.shape[0] >= 2:
             log_p, score = target.log_prob_and_score(x)
@@ -161,43 +169,67 @@ def quality_report(method: Any, final_metrics: dict[str, float]) -> dict[str, An
                 f"{KSD_TEST_LEVEL}, {int(test['n'])} draws, IMQ kernel, wild bootstrap)")})
     if "spread_ratio_rms" in report:
         check_stranded(log_p, int(x.shape[1]), report, warnings)
+        checks += ["spread_ratio", "ksd_test", "stranded_draws"]
     own = getattr(method, "quality", None)
     if callable(own):
         extra = own()
         warnings.extend(extra.pop("warnings", []))
+        checks += extra.pop("checks", [])
         report.update(extra)
+    predictive = method_predictive_checks(method)
+    report["predictive"] = None
+    if predictive is not None:
+        report["predictive"], found = predictive
+        warnings.extend(found)
+        checks.append("predictive")
     errors = {key: final_metrics[key] for key in REFERENCE_ERRORS
               if key in final_metrics and math.isfinite(final_metrics[key])}
     report["reference"] = errors or None
+    report["checks"] = checks
     return _with_verdict(report, warnings, next_steps(method, (w["code"] for w in warnings)))
 
 
 def _with_verdict(report: dict[str, Any], warnings: list[dict[str, str]], steps: list[str]) -> dict[str, Any]:
+    """`warnings`, `next_steps`, `verdict` and `reason`: `unreliable` with a warning, else `good` only where
+    some check ran (`checks`), else `unchecked`; `trustworthy` only when `good`."""
     report["warnings"] = warnings
     report["next_steps"] = steps
-    report["trustworthy"] = not warnings
-    report["verdict"] = "unreliable" if warnings else "good"
-    report["reason"] = ("; ".join(w["message"] for w in warnings) if warnings else
-                        "no warning raised" + (": the spread matches the target's score and the KSD test does "
-                                               "not reject the draws" if report.get("ksd") else ""))
+    if warnings:
+        report["verdict"], report["reason"] = "unreliable", "; ".join(w["message"] for w in warnings)
+    elif report.get("checks"):
+        report["verdict"], report["reason"] = "good", f"no warning raised by the checks run ({', '.join(report['checks'])})"
+    else:
+        report["verdict"] = "unchecked"
+        report["reason"] = "no check applies to this method's result on this target, so nothing vouches for it"
+    report["trustworthy"] = report["verdict"] == "good"
     return report
 
 
 def with_sampler_certificate(report: dict[str, Any], certificate: dict[str, Any] | None,
                              method: Any) -> dict[str, Any]:
     """The job's `quality` block of a generative method, told what its sampler's certificate found
-    (samplers.certificate.sampler_quality): `sampler_verdict`, and the warning `sampler_unreliable` where the
-    certificate calls the sampler unreliable, with `method`'s next step for it (next_steps). The job's own checks look at its last training batch of ~100 draws;
+    (samplers.certificate.sampler_quality): `sampler_verdict`, the warning `sampler_unreliable` where the
+    certificate calls the sampler unreliable, with `method`'s next step for it (next_steps), and a verdict never
+    better than the certificate's (samplers.certificate.VERDICTS, best first; a certificate that could not be
+    computed counts as `unchecked`). The job's own checks look at its last training batch of ~100 draws;
     the certificate at 2,000 fresh draws with importance weights, and sees what they miss: GPVI stuck in centred
     eight schools' neck, 11.8 sds off, passed the job's checks once (KSD p 0.002 at the 0.001 level) while the
     certificate's k̂ rejected it (docs/method-choice.md). A new dict; `report` is left as it was."""
-    if not certificate or certificate.get("verdict") is None:
+    if not certificate:
         return report
-    merged = {**report, "sampler_verdict": certificate["verdict"]}
+    sampler_verdict = certificate.get("verdict") or "unchecked"
+    merged = {**report, "sampler_verdict": sampler_verdict}
     warnings = list(report.get("warnings") or [])
     steps = list(report.get("next_steps") or [])
-    if certificate["verdict"] == "unreliable":
+    if sampler_verdict == "unreliable":
         warnings.append({"code": "sampler_unreliable", "message": (
             f"the sampler's certificate (2,000 fresh draws) calls it unreliable: {certificate.get('reason', '')}")})
         steps += [step for step in next_steps(method, ["sampler_unreliable"]) if step not in steps]
-    return _with_verdict(merged, warnings, steps)
+    merged = _with_verdict(merged, warnings, steps)
+    if VERDICTS.index(sampler_verdict) > VERDICTS.index(merged["verdict"]):
+        merged["verdict"] = sampler_verdict
+        merged["reason"] = (f"the sampler's certificate says {sampler_verdict!r} "
+                            f"({certificate.get('reason') or 'no reason given'}), and a job is never called better "
+                            f"than its sampler; the job's own checks: {merged['reason']}")
+        merged["trustworthy"] = False
+    return merged

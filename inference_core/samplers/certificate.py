@@ -32,6 +32,7 @@ from torch import Tensor
 
 from inference_core.metrics import importance
 from inference_core.metrics.ksd_test import ksd_test
+from inference_core.metrics.predictive_checks import PREDICTIVE_KINDS, predictive_checks
 from inference_core.samplers.density import Density, DensityUnavailable
 from inference_core.samplers.spg import DENSITY_UNAVAILABLE
 from inference_core.seeding import derive_seed
@@ -44,7 +45,9 @@ PROPOSALS_PER_DRAW = 2
 #: significance level of the quality report's KSD goodness-of-fit test
 KSD_LEVEL = 0.05
 CORRECTIONS = ("psis", "imh")
-VERDICTS = ("good", "usable with correction", "unreliable")
+#: from best to worst: `unchecked` where no check applies (it vouches for nothing, so it ranks below a verdict
+#: whose checks found the draws correctable)
+VERDICTS = ("good", "usable with correction", "unchecked", "unreliable")
 #: largest k̂ at which draws pass as drawn (Yao, Vehtari, Simpson & Gelman 2018, "Yes, but did it work?", §3):
 #: k̂ ≤ 0.5, q is close to p; 0.5 < k̂ ≤ 0.7, q is "not perfect but still useful" and PSIS-corrected estimates
 #: beat raw ones. Measured: gpvi on the suite's breast-cancer posterior (d = 31, seed 0), k̂ 0.61, ESS 181 of
@@ -190,14 +193,25 @@ def verdict(khat: float | None, threshold: float | None, ksd_pvalue: float | Non
 
 
 def sampler_quality(sampler: Any, target: Any, *, draws: int = 2000, ksd_draws: int | None = None, seed: int = 0,
-                    bootstrap: int = 1000) -> dict[str, Any]:
+                    bootstrap: int = 1000, target_space_checks: bool = True) -> dict[str, Any]:
     """The sampler's quality report (docs/api.md, `quality`): importance diagnostics of `draws` draws (seed),
     the KSD test of `ksd_draws` fresh ones (seed + 1; by default KSD_DRAWS, or KSD_ONLY_DRAWS where the importance
-    diagnostics do not apply), a verdict with its reason. Non-finite numbers stay as
-    floats (the service stores them as null). Function-space samplers get no numbers, only why."""
+    diagnostics do not apply), the predictive checks on a data target (`with_predictive`), a verdict with its
+    reason. Function-space samplers (no density, no score in parameter space) and, with `target_space_checks`
+    False, a function-space method's generator get the predictive checks alone. Non-finite numbers stay as
+    floats (the service stores them as null)."""
+    predictive = sampler_predictive_checks(sampler, target)
     if not hasattr(sampler, "density"):  # samplers.spg: draws are functions, the target has no density
-        return {"density": "unavailable", "density_reason": DENSITY_UNAVAILABLE, "importance": None, "ksd": None,
-                "verdict": None, "reason": "no importance weights or KSD test exist for function-space samplers"}
+        report = {"density": "unavailable", "density_reason": DENSITY_UNAVAILABLE, "importance": None, "ksd": None}
+        label, reason = None, "no importance weights or KSD test exist for function-space samplers"
+        return with_predictive(report, label, reason, predictive)
+    if not target_space_checks:  # methods.base.Method.target_space_checks
+        reason = ("the method moves the draws by a function-space direction, so their weights only parametrise "
+                  "functions: no check against the weight posterior applies")
+        report = {"density": "unavailable", "density_reason": f"not computed: {reason}", "importance": None,
+                  "ksd": None}
+        label = None
+        return with_predictive(report, label, reason, predictive)
     report: dict[str, Any] = {"density": "exact", "importance": None, "ksd": None}
     khat = threshold = shift = None
     folded = False
@@ -233,5 +247,38 @@ def sampler_quality(sampler: Any, target: Any, *, draws: int = 2000, ksd_draws: 
         pvalue = test["pvalue"]
         report["ksd"] = {"statistic": test["ksd2"], "pvalue": pvalue, "n": int(test["n"]), "level": KSD_LEVEL,
                          "kernel": "imq", "bootstrap": bootstrap}
-    report["verdict"], report["reason"] = verdict(khat, threshold, pvalue, folded, shift)
+    label, reason = verdict(khat, threshold, pvalue, folded, shift)
+    return with_predictive(report, label, reason, predictive)
+
+
+def sampler_predictive_checks(sampler: Any, target: Any) -> tuple[dict[str, Any], list[dict[str, str]]] | None:
+    """`metrics.predictive_checks` of a sampler with a predictive model (a BNN hypernetwork, a function-space
+    sampler) on its target's data; None for other samplers."""
+    from inference_core.prediction.predictive import PredictionUnsupported, predictor_from_sampler
+
+    if getattr(target, "kind", None) not in PREDICTIVE_KINDS:
+        return None
+    try:
+        predictor = predictor_from_sampler(sampler)
+    except PredictionUnsupported:
+        return None
+    return predictive_checks(predictor, target)
+
+
+def with_predictive(report: dict[str, Any], label: str | None, reason: str,
+                    predictive: tuple[dict[str, Any], list[dict[str, str]]] | None) -> dict[str, Any]:
+    """`verdict` and `reason` of a certificate from the density checks' (label, reason) and the predictive
+    checks: a predictive warning makes it `unreliable`; passing predictive checks make a sampler no density
+    check applies to `good`; with no check at all it is `unchecked`."""
+    report["predictive"] = None if predictive is None else predictive[0]
+    warnings = [] if predictive is None else predictive[1]
+    report["warnings"] = warnings
+    if warnings:
+        label, reason = "unreliable", "; ".join(w["message"] for w in warnings) + (f"; {reason}" if label else "")
+    elif predictive is not None:
+        reason = "the predictive checks pass (fit against ȳ" + (
+            ", coverage of held-out data" if "coverage" in predictive[0] or "ece" in predictive[0] else "") + ")" + (
+            f"; {reason}" if label else f"; {reason} (the predictive checks are the only ones)")
+        label = label or "good"
+    report["verdict"], report["reason"] = label or "unchecked", reason
     return report

@@ -157,16 +157,30 @@ def test_a_job_is_told_what_its_samplers_certificate_found(make_client) -> None:
     assert "sampler_unreliable" not in [w["code"] for w in good["warnings"]]
 
 
-def test_the_certificate_merge_adds_only_an_unreliable_verdict() -> None:
+def test_a_job_is_never_called_better_than_its_sampler() -> None:
+    """The merge: `sampler_verdict` always; an unreliable certificate adds `sampler_unreliable`; a certificate
+    that says less than the job's checks (`usable with correction`, `unchecked`, or none computed) caps the job's
+    verdict at its own (samplers.certificate.VERDICTS, best first), and the job's own block is left as it was."""
     from inference_core.metrics.quality import with_sampler_certificate
+    from inference_core.samplers.certificate import VERDICTS
 
-    job = {"ksd": None, "warnings": [], "trustworthy": True, "verdict": "good", "reason": "no warning raised"}
+    job = {"ksd": None, "warnings": [], "trustworthy": True, "verdict": "good", "reason": "no warning raised",
+           "checks": ["spread_ratio"], "next_steps": []}
     gpvi = SimpleNamespace(name="gpvi", target=SimpleNamespace(dim=2, initial_particles=None))
     assert with_sampler_certificate(job, None, gpvi) is job
-    assert with_sampler_certificate(job, {"verdict": None, "reason": "no density"}, gpvi) is job
+    uncomputed = with_sampler_certificate(job, {"verdict": None, "reason": "the report could not be computed"}, gpvi)
+    assert uncomputed["verdict"] == uncomputed["sampler_verdict"] == "unchecked" and not uncomputed["trustworthy"]
     corrected = with_sampler_certificate(job, {"verdict": "usable with correction", "reason": "k̂ 0.6"}, gpvi)
-    assert corrected["verdict"] == "good" and corrected["sampler_verdict"] == "usable with correction"
+    assert corrected["verdict"] == corrected["sampler_verdict"] == "usable with correction"
+    assert "k̂ 0.6" in corrected["reason"] and not corrected["trustworthy"] and corrected["warnings"] == []
+    good = with_sampler_certificate(job, {"verdict": "good", "reason": "k̂ 0.2"}, gpvi)
+    assert good["verdict"] == "good" and good["trustworthy"]
     bad = with_sampler_certificate(job, {"verdict": "unreliable", "reason": "Pareto k̂ = 3.10 is over"}, gpvi)
     assert bad["verdict"] == "unreliable" and [w["code"] for w in bad["warnings"]] == ["sampler_unreliable"]
     assert "Pareto k̂ = 3.10 is over" in bad["reason"]
+    warned = {**job, "warnings": [{"code": "collapsed", "message": "m"}], "verdict": "unreliable"}
+    assert with_sampler_certificate(warned, {"verdict": "good", "reason": "k̂ 0.2"}, gpvi)["verdict"] == "unreliable"
+    for sampler_verdict in VERDICTS:  # never better, whatever the certificate says
+        merged = with_sampler_certificate(job, {"verdict": sampler_verdict, "reason": "r"}, gpvi)
+        assert VERDICTS.index(merged["verdict"]) >= VERDICTS.index(sampler_verdict)
     assert job["verdict"] == "good" and job["warnings"] == []  # the job's own block is left as it was

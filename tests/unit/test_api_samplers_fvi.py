@@ -105,7 +105,7 @@ def test_fvi_samplers_have_no_density_and_say_why(make_client, fvi_sampler) -> N
     with pytest.raises(DensityUnavailable, match="function-space"):
         fvi_sampler.sample(4, 0, [[0.5]], with_log_q=True)
     report = sampler_quality(fvi_sampler, target=None)
-    assert report["density"] == "unavailable" and report["verdict"] is None and report["importance"] is None
+    assert report["density"] == "unavailable" and report["verdict"] == "unchecked" and report["importance"] is None
     client, settings = make_client()
     url = f"/v1/samplers/{stored(settings, fvi_sampler, 'fvi')}/sample"
     for extra in ({"return": ["log_q"]}, {"correct": "imh"}):

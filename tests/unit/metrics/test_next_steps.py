@@ -45,7 +45,7 @@ def test_particle_methods_are_sent_to_auto_only_where_auto_takes_their_target() 
 
 
 def test_an_unreliable_sampler_certificate_adds_the_advice_once_and_only_where_auto_applies() -> None:
-    report = {"warnings": [], "next_steps": [], "verdict": "good", "trustworthy": True}
+    report = {"warnings": [], "next_steps": [], "verdict": "good", "trustworthy": True, "checks": ["ksd_test"]}
     unreliable = {"verdict": "unreliable", "reason": "k̂ 0.9"}
     gpvi = SimpleNamespace(name="gpvi", target=SimpleNamespace(dim=2, initial_particles=None))
     merged = with_sampler_certificate(report, unreliable, gpvi)
