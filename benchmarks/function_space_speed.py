@@ -1,9 +1,11 @@
-"""f-POVI step time against weight-space SVGD on the same network (issue 13, "Speed", first half).
+"""f-POVI step time against weight-space SVGD on the same network (issue 13, "Speed", first half), and
+`amortized_fsvgd` (a generator trained with f-SVGD's direction, issue 40) against `fsvgd` on it.
 
 UCI size as the f-POVI paper's main table: boston split 0 (`uci:bostonHousing:split=0`, standardised), a
 1×50 ReLU BNN with the f-POVI prior N(0, 1/n_out) and InverseGamma(1, 0.1) noise, 20 particles, batch 100.
 `fsvgd`/`fwsgld`/`fpisgld` run with their defaults (100 extras, 40 prior draws, Adam 4e-3); `svgd` with Adam
-4e-3 and its default kernel. All methods are timed in interleaved rounds (each round a ≥ 0.4 s batch of
+4e-3 and its default kernel; `amortized_fsvgd` with its defaults (generator 2×64 ReLU, k = 64 noise inputs, a
+batch of 20 draws) and Adam 4e-3. All methods are timed in interleaved rounds (each round a ≥ 0.4 s batch of
 steps per method, so they share the background load); the table gives the median per-step time over
 rounds, and the ratio is taken within the run.
 
@@ -29,7 +31,7 @@ from inference_core.training import build_method  # noqa: E402
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
 SECTION = "f-POVI: step time against weight-space SVGD (CPU)"
-METHODS = ["svgd", "fsvgd", "fwsgld", "fpisgld"]
+METHODS = ["svgd", "fsvgd", "fwsgld", "fpisgld", "amortized_fsvgd"]
 TARGET = {"kind": "bnn", "dataset": "uci:bostonHousing:split=0", "standardize": True, "hidden": [50],
           "activation": "relu", "prior_std_scaling": "fan_out", "noise": {"type": "inverse_gamma_std"},
           "batch_size": 100}
@@ -89,7 +91,10 @@ def main() -> None:
         "bandwidth over 20×20 weight distances and the Adam update; for the f-POVI methods the mixed batch "
         "(100 rows + 100 perturbed extras), the network forward with graph, 40 fresh prior networks at 4 points "
         "and the float64 Gaussian fit (4×4 eigendecomposition), the POVI direction on the 20×200 function "
-        "values, the pull-back VJP, the weight Adam step and the noise MAP step. Median over "
+        "values, the pull-back VJP, the weight Adam step and the noise MAP step; for `amortized_fsvgd` the same "
+        "function-space direction on a batch of 20 generated weight vectors, the VJP through the network, the "
+        "noise coordinate's MAP gradient and the pull-back through the generator (2×64 ReLU, 64 noise inputs, "
+        "752 outputs) with its Adam step. Median over "
         f"{args.rounds} rounds after 20 warm-up steps.",
         "",
         *rows,
@@ -98,6 +103,9 @@ def main() -> None:
         "work per step by construction (twice the forward batch, three backward passes — likelihood score on "
         "the function values, pull-back VJP, noise MAP — and 40 fresh prior networks); no goal is set for this "
         "ratio in the issue.",
+        "",
+        f"amortized_fsvgd / fsvgd step time: {fmt_ratio(medians['amortized_fsvgd'] / medians['fsvgd'])} (the "
+        "generator's forward and backward passes on top of the same function-space direction).",
     ])
     print(text)
     if not args.no_write:

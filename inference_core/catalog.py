@@ -17,6 +17,7 @@ from inference_core.schemas.baselines import EnsembleOptions, HMCOptions, MFVIOp
 from inference_core.schemas.function_space import FPiSGLDOptions, FSVGDOptions, FWSGLDOptions
 from inference_core.schemas.fvi import FVIOptions
 from inference_core.schemas.generative import (
+    AmortizedFSVGDOptions,
     AmortizedGFSFOptions,
     AmortizedKSDOptions,
     AmortizedSVGDOptions,
@@ -303,6 +304,16 @@ METHODS: dict[str, Method] = {
             summary="Amortised KSD: a generator moved along a learned Stein critic f(x) (MLP, no BatchNorm).",
             paper="Hu et al. 2018; GPVI paper §4 (amortized KSD)",
             target_kinds=WEIGHT_SPACE_KINDS,
+        ),
+        Method(
+            name="amortized_fsvgd",
+            family="generative",
+            schema=AmortizedFSVGDOptions,
+            builder="inference_core.methods.generative.amortized_fsvgd:AmortizedFSVGD",
+            summary="Amortised f-SVGD: a hypernetwork of BNN weights trained with f-SVGD's function-space direction, "
+            "pulled back through the network and the generator; a downloadable sampler.",
+            paper="Wang, Ren, Zhu & Zhang 2019 (f-POVI), eq. 4, Algorithm 1; GPVI paper (Ratzlaff et al. 2021) eq. 14",
+            target_kinds=NETWORK_KINDS,
         ),
         Method(
             name="fsvgd",

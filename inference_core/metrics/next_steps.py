@@ -47,8 +47,10 @@ PREDICTIVE_REMEDIES: tuple[tuple[frozenset[str], str], ...] = (
      "the posterior predicts about the mean of y: raise `steps`, or use `fsvgd` or `ensemble`, whose predictive "
      "means fit each UCI set of docs/reproduction.md far better than ȳ"),
     (frozenset({"miscalibrated"}),
-     "the predictive intervals do not cover held-out data at their level: compare with `fsvgd` or `ensemble` on "
-     "the same target, and read `quality.predictive.coverage` before trusting an interval (docs/prediction.md)"),
+     "the predictive intervals do not cover held-out data at their level (`quality.predictive.coverage`): where "
+     "they are over-confident, compare `fsvgd` and `ensemble` on the same target; where the 50 % interval is too "
+     "wide but the 90 % one is right, the residuals have heavier tails than the Gaussian noise model (f-SVGD, the "
+     "deep ensemble and MF-VI on Yacht): use the predictive quantiles, not mean ± sd"),
 )
 
 

@@ -20,8 +20,8 @@ def _fpovi_adam() -> OptimizerOptions:
     return OptimizerOptions(name="adam", lr=4e-3)
 
 
-class FunctionSpacePOVIOptions(StrictModel):
-    """f-POVI: the POVI direction on function values at a mixed batch, pulled back to the weights (eq. 4).
+class FunctionSpaceDirectionOptions(StrictModel):
+    """The function-space part of f-POVI (Algorithm 1, lines 4-6): where the direction is computed and how.
 
     * mixed batch: the target's minibatch (B rows; all rows when the target has no batch_size) plus
       `extra_points` rows drawn without replacement (the code's block of the per-epoch shuffled training
@@ -31,15 +31,12 @@ class FunctionSpacePOVIOptions(StrictModel):
       eigenvalues floored at `eigen_floor`, quadratic form only;
     * kernel: RBF exp(−d²·log(n+1)/med), med over the full n×n matrix, bandwidth floored at
       `bandwidth_floor` (the code floors 0.5·h at 1e-5, i.e. our h at 2e-5);
-    * pull-back: `mse` applies Adam to the gradient of mean((stopgrad(f + v) − f)²), i.e. −2/(n·M·K)·Jᵀv
-      (TF1 code); `vjp` to −Jᵀv (the tf2 branch);
-    * noise: per-particle σ = softplus(raw) starting at `noise_init`, fitted by MAP under the target's
-      noise prior with its own optimiser (`noise_optimizer`) after the weight step; a fixed-noise target
-      keeps its σ.
+    * noise: σ starts at `noise_init` and is fitted by MAP under the target's noise prior.
+
+    Shared by the f-POVI methods (`FunctionSpacePOVIOptions`) and `amortized_fsvgd`
+    (`schemas.generative.AmortizedFSVGDOptions`).
     """
 
-    optimizer: OptimizerOptions = Field(default_factory=_fpovi_adam)
-    noise_optimizer: OptimizerOptions = Field(default_factory=_fpovi_adam)
     kernel: KernelOptions = Field(default_factory=_fpovi_kernel)
     bandwidth_floor: float = Field(default=2e-5, ge=0, le=1e6, description="lower bound of h in exp(−d²/h)")
     extra_points: int = Field(default=100, ge=0, le=100_000, description="E: extra measurement points per step")
@@ -49,22 +46,37 @@ class FunctionSpacePOVIOptions(StrictModel):
     prior_points: int = Field(default=4, ge=2, le=1000,
                               description="columns of the Gaussian prior fit: first half training, last half extra")
     eigen_floor: float = Field(default=1e-3, gt=0, le=1e6, description="eigenvalue floor of the prior covariance")
-    pullback: Literal["mse", "vjp"] = "mse"
     noise_init: float = Field(default=0.5, gt=0, le=1e6, description="initial σ (standardised y units)")
-    init: Literal["fpovi", "target"] = Field(
-        default="fpovi", description="fpovi: N(0,1)/sqrt(n_in+n_out+1), biases 0; target: the target's own init")
     classification_values: Literal["log_softmax", "logits"] = Field(
         default="log_softmax", description="function values of a classifier: normalised logits (paper B.3)")
     output_prior_scale: float = Field(
         default=1.0, gt=0, le=1e3,
         description="multiplies the output layer's prior std in the prior draws (the code uses 40 for classifiers)")
-    dtype: Literal["float32", "float64"] = "float32"
 
     @model_validator(mode="after")
-    def _check(self) -> FunctionSpacePOVIOptions:
+    def _check(self) -> FunctionSpaceDirectionOptions:
         if self.prior_points % 2:
             raise ValueError("prior_points must be even (half training columns, half extra columns)")
         return self
+
+
+class FunctionSpacePOVIOptions(FunctionSpaceDirectionOptions):
+    """f-POVI: the POVI direction on function values at a mixed batch (`FunctionSpaceDirectionOptions`),
+    pulled back to the weights (eq. 4).
+
+    * pull-back: `mse` applies Adam to the gradient of mean((stopgrad(f + v) − f)²), i.e. −2/(n·M·K)·Jᵀv
+      (TF1 code); `vjp` to −Jᵀv (the tf2 branch);
+    * noise: per-particle σ = softplus(raw) starting at `noise_init`, fitted by MAP under the target's
+      noise prior with its own optimiser (`noise_optimizer`) after the weight step; a fixed-noise target
+      keeps its σ.
+    """
+
+    optimizer: OptimizerOptions = Field(default_factory=_fpovi_adam)
+    noise_optimizer: OptimizerOptions = Field(default_factory=_fpovi_adam)
+    pullback: Literal["mse", "vjp"] = "mse"
+    init: Literal["fpovi", "target"] = Field(
+        default="fpovi", description="fpovi: N(0,1)/sqrt(n_in+n_out+1), biases 0; target: the target's own init")
+    dtype: Literal["float32", "float64"] = "float32"
 
 
 class FSVGDOptions(FunctionSpacePOVIOptions):

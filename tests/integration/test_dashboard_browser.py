@@ -141,6 +141,7 @@ def test_the_dashboard_shows_a_finished_jobs_curves_and_2d_plot(tmp_path: Path) 
             shown = page.wait_for_selector("[data-role=next-steps]", timeout=60_000).inner_text()
             assert "What to try" in shown and all(step in shown for step in advice), shown
             assert "collapsed" in page.inner_text("[data-role=header] .warnings")
+            assert page.inner_text("[data-role=verdict]") == "Quality: unreliable"
 
             page.goto(f"{base}/ui/#/jobs/{bnn_id}")  # 1-D regression: the predictive band
             band = page.wait_for_selector("[data-role=band][data-points='200']", timeout=60_000)

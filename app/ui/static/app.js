@@ -128,6 +128,8 @@ function jobHeader(job) {
       job.started_at && job.finished_at
         ? h("span", {}, `took ${duration((new Date(job.finished_at) - new Date(job.started_at)) / 1000)}`) : null),
     job.error ? h("p", { class: "error" }, `${job.error.code}: ${job.error.detail}`) : null,
+    job.quality?.verdict ? h("p", { "data-role": "verdict", title: job.quality.reason ?? "" },
+      h("strong", {}, "Quality: "), job.quality.verdict) : null,
     warnings.length ? h("ul", { class: "warnings" }, warnings.map((w) => h("li", {}, `${w.code}: ${w.message}`))) : null,
     nextSteps.length ? h("div", { class: "next-steps", "data-role": "next-steps" },
       h("strong", {}, "What to try"), h("ul", {}, nextSteps.map((step) => h("li", {}, step)))) : null);

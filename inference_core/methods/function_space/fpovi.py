@@ -23,6 +23,10 @@ plus the unscaled prior (`function_score`); (7) `kernel` (full-matrix median, lo
 (8) `methods.directions`; (9) `optimizer`, `pullback`; (10) `noise_init`, `noise_optimizer` and the target's
 noise prior; (11)-(12) schedule and reporting belong to the harness. Not implemented: the paper's per-input
 down-sampling of classes for many-class classifiers (App. B.3); all K outputs are used.
+
+Steps 1-5's direction (mixed batch, function values, score, kernel, POVI direction, VJP) lives in the mixin
+`FunctionSpaceDirection`, shared with `amortized_fsvgd` (methods/generative/amortized_fsvgd.py), which pulls the
+same f-SVGD direction back through the network and then through a generator of weights.
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ from inference_core.methods.base import Method, check_direction
 from inference_core.methods.directions import pisgld_direction, svgd_direction, wsgld_direction
 from inference_core.methods.function_space.moments import fit_gaussian, gaussian_score, prior_columns
 from inference_core.methods.optim import build_optimizer
-from inference_core.schemas.function_space import FunctionSpacePOVIOptions
+from inference_core.schemas.function_space import FunctionSpaceDirectionOptions, FunctionSpacePOVIOptions
 from inference_core.schemas.models import FixedNoise, GammaNoisePrecision, InverseGammaNoiseStd
 from inference_core.seeding import derive_seed
 from inference_core.targets.base import Target
@@ -71,40 +75,36 @@ def fpovi_initial_weights(network: MLP, n: int, seed: int) -> Tensor:
     return theta
 
 
-class FunctionSpacePOVI(Method):
-    """Base of the f-POVI methods; subclasses set `povi_direction(x, score, kernel, **kw) -> [n, d]`."""
+class FunctionSpaceDirection:
+    """The pieces of an f-POVI step that produce the function-space direction (Algorithm 1, lines 4-7): the mixed
+    batch, the function values, their score under the likelihood and the fitted-Gaussian prior, the kernel and
+    the POVI direction v on the flattened values, the VJP (∂F/∂W)ᵀ v and the noise prior. Shared by the f-POVI
+    methods (`FunctionSpacePOVI`, which moves n weight vectors) and `amortized_fsvgd`
+    (`methods.generative.amortized_fsvgd`, which moves a generator of weight vectors).
 
-    name = "function_space_povi"
-    options: FunctionSpacePOVIOptions
+    The host class is a `Method` with `options` (`FunctionSpaceDirectionOptions`), `target`, `dtype`, and
+    `generator`, the CPU `torch.Generator` that draws the extras and the prior functions; it calls
+    `init_function_space(target)` in its constructor. The network is the target's (`function_network`).
+    """
+
+    name: str
+    #: the weights only parametrise the functions the direction moves (Method.target_space_checks)
+    target_space_checks = False
+    options: FunctionSpaceDirectionOptions
+    target: Target
+    generator: torch.Generator
     povi_direction: Direction = staticmethod(svgd_direction)
 
-    def __init__(self, target: Target, options: FunctionSpacePOVIOptions, num_particles: int, seed: int,
-                 device: torch.device):
-        super().__init__(target, options, num_particles, seed, device)
+    def init_function_space(self, target: Target) -> None:
+        """Check the target and read the network, its weight prior, the task, the noise model and the bandwidth
+        rule off it (no random draws)."""
         self._check_target(target)
-        self.network: MLP = target.network  # type: ignore[attr-defined]
+        self.function_network: MLP = target.network  # type: ignore[attr-defined]
         self.weight_prior = target.weight_prior  # type: ignore[attr-defined]
         self.task = getattr(target, "task", "regression")
-        self.noise = self._noise_model(target)
-        self.bandwidth_rule = bandwidth_rule_from_options(options.kernel.bandwidth, backend=options.kernel.backend)
-
-        if options.init == "fpovi":
-            start = fpovi_initial_weights(self.network, num_particles, seed)
-        else:
-            generator = torch.Generator()
-            rows = []
-            for i in range(num_particles):
-                generator.manual_seed(derive_seed(seed, 2, i))
-                rows.append(target.initial_particles(1, generator)[0, : self.network.n_weights])  # type: ignore[attr-defined]
-            start = torch.stack(rows)
-        self.weights = start.to(device=device, dtype=self.dtype).requires_grad_(True)
-        self.optimizer = build_optimizer([self.weights], options.optimizer)
-        # σ_i = softplus(raw_i); a fixed-noise target keeps its σ (no raw parameter is moved).
-        raw = inverse_softplus(options.noise_init if self.noise_learned else self.fixed_noise_std)
-        self.std_raw = torch.full((num_particles,), raw, dtype=self.dtype, device=device, requires_grad=True)
-        self.noise_optimizer = build_optimizer([self.std_raw], options.noise_optimizer)
-        self.generator = torch.Generator(device="cpu")
-        self.generator.manual_seed(derive_seed(seed, 1))
+        self.noise_model = self._noise_model(target)
+        self.bandwidth_rule = bandwidth_rule_from_options(self.options.kernel.bandwidth,
+                                                          backend=self.options.kernel.backend)
 
     # ---- target checks --------------------------------------------------------------------------------
 
@@ -133,17 +133,17 @@ class FunctionSpacePOVI(Method):
 
     @property
     def noise_learned(self) -> bool:
-        return isinstance(self.noise, GammaNoisePrecision | InverseGammaNoiseStd)
+        return isinstance(self.noise_model, GammaNoisePrecision | InverseGammaNoiseStd)
 
     @property
     def fixed_noise_std(self) -> float:
-        return self.noise.std if isinstance(self.noise, FixedNoise) else 1.0
+        return self.noise_model.std if isinstance(self.noise_model, FixedNoise) else 1.0
 
-    # ---- function values and the pull-back --------------------------------------------------------------
+    # ---- function values and their VJP --------------------------------------------------------------
 
     def function_values(self, weights: Tensor, points: Tensor) -> Tensor:
         """f(points; θ_i) for weights [n, n_weights]: [n, M] (regression) or [n, M, K] normalised logits."""
-        outputs = self.network.forward(self._padded(weights), points)
+        outputs = self.function_network.forward(self._padded(weights), points)
         if self.task == "regression":
             return outputs[..., 0]
         if self.options.classification_values == "log_softmax":
@@ -152,32 +152,20 @@ class FunctionSpacePOVI(Method):
 
     def _padded(self, weights: Tensor) -> Tensor:
         """Weights with zero extras appended, in the network's layout (the forward ignores extras)."""
-        missing = self.network.dim - weights.shape[1]
+        missing = self.function_network.dim - weights.shape[1]
         return weights if missing == 0 else F.pad(weights, (0, missing))
 
-    def vjp(self, values: Tensor, direction: Tensor) -> Tensor:
+    @staticmethod
+    def function_vjp(values: Tensor, weights: Tensor, direction: Tensor) -> Tensor:
         """(∂f(x; θ_i)/∂θ_i)ᵀ v_i for every particle, [n, n_weights]: function values [n, M] (or [n, M, K]) with
-        their graph to the weights, and a function-space direction v of the same shape (paper eq. 4). One
-        VJP through the batched network."""
+        their graph to `weights` [n, n_weights], and a function-space direction v of the same shape (paper eq. 4).
+        One VJP through the batched network."""
         if direction.shape != values.shape:
             raise ValueError(f"direction must have the shape of the function values {list(values.shape)}, "
                              f"got {list(direction.shape)}")
         with torch.enable_grad():
-            (grad,) = torch.autograd.grad(values, self.weights, direction.detach().to(values.dtype))
+            (grad,) = torch.autograd.grad(values, weights, direction.detach().to(values.dtype))
         return grad
-
-    def pullback(self, points: Tensor, direction: Tensor) -> None:
-        """The weight update of eq. 4 (`Method.pullback` for function-space methods): `points` are the function
-        values f(x; θ_i) at the mixed batch with their graph to the weights, `direction` the ascent direction v
-        on them. `mse` (the TF1 code): Adam on ∇_θ mean((stopgrad(f + v) − f)²) = −(2/(n·M·K)) Jᵀv;
-        `vjp` (tf2 branch): on −Jᵀv."""
-        check_direction(direction, self.step_count + 1)
-        grad = self.vjp(points, direction)
-        if self.options.pullback == "mse":
-            grad = grad * (2.0 / points.numel())
-        self.optimizer.zero_grad(set_to_none=False)
-        self.weights.grad = -grad
-        self.optimizer.step()
 
     # ---- the pieces of one step ---------------------------------------------------------------------------
 
@@ -200,11 +188,11 @@ class FunctionSpacePOVI(Method):
         The output layer's prior std is multiplied by `output_prior_scale`."""
         weights, _ = self.weight_prior.sample(self.options.prior_draws, self.generator)
         if self.options.output_prior_scale != 1.0:
-            last = self.network.n_layers - 1
+            last = self.function_network.n_layers - 1
             for kind in ("weight", "bias"):
-                block = self.network.blocks[f"layer{last}.{kind}"]
+                block = self.function_network.blocks[f"layer{last}.{kind}"]
                 weights[:, block.offset: block.offset + block.size] *= self.options.output_prior_scale
-        outputs = self.network.forward(self._padded(weights), points.to(device="cpu", dtype=torch.float64))
+        outputs = self.function_network.forward(self._padded(weights), points.to(device="cpu", dtype=torch.float64))
         if self.task == "regression":
             return outputs[..., 0]
         if self.options.classification_values == "log_softmax":
@@ -240,10 +228,76 @@ class FunctionSpacePOVI(Method):
     def noise_log_prior(self, std: Tensor) -> Tensor:
         """log prior of σ (no softplus Jacobian, as the code's MAP): InverseGamma(α, β) on σ, or
         Gamma(a0, rate b0) on the precision σ⁻²; constants dropped."""
-        if isinstance(self.noise, InverseGammaNoiseStd):
-            return -(self.noise.alpha + 1) * std.log() - self.noise.beta / std
+        if isinstance(self.noise_model, InverseGammaNoiseStd):
+            return -(self.noise_model.alpha + 1) * std.log() - self.noise_model.beta / std
         precision = std.pow(-2)
-        return (self.noise.a0 - 1) * precision.log() - self.noise.b0 * precision  # type: ignore[union-attr]
+        return (self.noise_model.a0 - 1) * precision.log() - self.noise_model.b0 * precision  # type: ignore[union-attr]
+
+    def function_direction(self, values: Tensor, points: Tensor, n_train: int, y: Tensor, scale: float,
+                           log_std: Tensor | None, **direction_kw: Any) -> tuple[Tensor, float]:
+        """(v, h): the POVI direction v on the function values [n, M] (or [n, M, K], no graph) at the mixed batch
+        `points` (its first n_train rows the training rows, with targets y), flattened per particle, with the
+        score of `function_score` and the kernel of `kernel` (Algorithm 1, lines 5-6); v has the shape of the
+        values. Draws the prior functions from `generator`."""
+        score = self.function_score(values, points, n_train, y, scale, log_std)
+        flat = values.reshape(values.shape[0], -1)
+        kernel, h = self.kernel(flat)
+        kw = {"backend": self.options.kernel.backend, "precision": self.options.kernel.precision, **direction_kw}
+        direction = type(self).povi_direction(flat, score.reshape(flat.shape), kernel, **kw).reshape(values.shape)
+        return direction, h
+
+
+class FunctionSpacePOVI(FunctionSpaceDirection, Method):
+    """Base of the f-POVI methods; subclasses set `povi_direction(x, score, kernel, **kw) -> [n, d]`."""
+
+    name = "function_space_povi"
+    options: FunctionSpacePOVIOptions
+    povi_direction: Direction = staticmethod(svgd_direction)
+
+    def __init__(self, target: Target, options: FunctionSpacePOVIOptions, num_particles: int, seed: int,
+                 device: torch.device):
+        super().__init__(target, options, num_particles, seed, device)
+        self.init_function_space(target)
+        self.network: MLP = self.function_network
+
+        if options.init == "fpovi":
+            start = fpovi_initial_weights(self.network, num_particles, seed)
+        else:
+            generator = torch.Generator()
+            rows = []
+            for i in range(num_particles):
+                generator.manual_seed(derive_seed(seed, 2, i))
+                rows.append(target.initial_particles(1, generator)[0, : self.network.n_weights])  # type: ignore[attr-defined]
+            start = torch.stack(rows)
+        self.weights = start.to(device=device, dtype=self.dtype).requires_grad_(True)
+        self.optimizer = build_optimizer([self.weights], options.optimizer)
+        # σ_i = softplus(raw_i); a fixed-noise target keeps its σ (no raw parameter is moved).
+        raw = inverse_softplus(options.noise_init if self.noise_learned else self.fixed_noise_std)
+        self.std_raw = torch.full((num_particles,), raw, dtype=self.dtype, device=device, requires_grad=True)
+        self.noise_optimizer = build_optimizer([self.std_raw], options.noise_optimizer)
+        self.generator = torch.Generator(device="cpu")
+        self.generator.manual_seed(derive_seed(seed, 1))
+
+    # ---- the pull-back ---------------------------------------------------------------------------------
+
+    def vjp(self, values: Tensor, direction: Tensor) -> Tensor:
+        """(∂f(x; θ_i)/∂θ_i)ᵀ v_i for every particle, [n, n_weights]: function values [n, M] (or [n, M, K]) with
+        their graph to the weights, and a function-space direction v of the same shape (paper eq. 4). One
+        VJP through the batched network."""
+        return self.function_vjp(values, self.weights, direction)
+
+    def pullback(self, points: Tensor, direction: Tensor) -> None:
+        """The weight update of eq. 4 (`Method.pullback` for function-space methods): `points` are the function
+        values f(x; θ_i) at the mixed batch with their graph to the weights, `direction` the ascent direction v
+        on them. `mse` (the TF1 code): Adam on ∇_θ mean((stopgrad(f + v) − f)²) = −(2/(n·M·K)) Jᵀv;
+        `vjp` (tf2 branch): on −Jᵀv."""
+        check_direction(direction, self.step_count + 1)
+        grad = self.vjp(points, direction)
+        if self.options.pullback == "mse":
+            grad = grad * (2.0 / points.numel())
+        self.optimizer.zero_grad(set_to_none=False)
+        self.weights.grad = -grad
+        self.optimizer.step()
 
     # ---- step ------------------------------------------------------------------------------------------
 
@@ -257,12 +311,7 @@ class FunctionSpacePOVI(Method):
             outputs = self.function_values(self.weights, points)
         values = outputs.detach()
         log_std = F.softplus(self.std_raw.detach()).log() if self.task == "regression" else None
-        score = self.function_score(values, points, n_train, y, scale, log_std)
-
-        flat = values.reshape(values.shape[0], -1)
-        kernel, h = self.kernel(flat)
-        kw = {"backend": self.options.kernel.backend, "precision": self.options.kernel.precision}
-        direction = type(self).povi_direction(flat, score.reshape(flat.shape), kernel, **kw).reshape(values.shape)
+        direction, h = self.function_direction(values, points, n_train, y, scale, log_std)
         self.pullback(outputs, direction)
 
         info: dict[str, float] = {}

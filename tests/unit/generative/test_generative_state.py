@@ -14,13 +14,16 @@ from inference_core.samplers import load
 from inference_core.serialization import state_from_bytes, state_to_bytes
 from tests.support.resume import StopAt
 
-GENERATIVE = sorted(name for name, info in METHODS.items() if info.family == "generative")
+# generative methods for any weight-space target (amortized_fsvgd, for network targets only: test_amortized_fsvgd.py)
+GENERATIVE = sorted(name for name, info in METHODS.items() if info.family == "generative" and "gaussian" in info.target_kinds)
 GAUSSIAN = {"kind": "gaussian", "mean": [0.5, -1.0, 0.2], "cov": [[1.0, 0.3, 0.0], [0.3, 2.0, 0.1], [0.0, 0.1, 0.5]]}
 BLR_DATA = {"X": [[0.1 * i, (-1) ** i * 0.5, 1.0] for i in range(12)], "y": [0.3 * i - 1 for i in range(12)]}
 
 
 def test_every_generative_method_is_registered() -> None:
     assert GENERATIVE == ["amortized_gfsf", "amortized_ksd", "amortized_svgd", "gpvi", "gpvi_exact"]
+    assert sorted(name for name, info in METHODS.items() if info.family == "generative") == sorted(
+        [*GENERATIVE, "amortized_fsvgd"])
 
 
 def spec(method: str, options: dict | None = None, target: dict | None = None, steps: int = 12, **extra: Any) -> dict:

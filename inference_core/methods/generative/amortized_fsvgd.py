@@ -1,0 +1,147 @@
+"""`amortized_fsvgd`: a generator (hypernetwork) of Bayesian-neural-network weights trained with f-SVGD's
+function-space direction (f-POVI, Wang, Ren, Zhu & Zhang 2019, eq. 4 / Algorithm 1), pulled back through the
+network and then through the generator (GPVI paper, Ratzlaff et al. 2021, eq. 14).
+
+Targets: those of `fsvgd` (`bnn` with a fixed weight prior, `function_posterior` with a `bnn` prior). The
+generator f_θ(z) = g(z[:k]) + λz (`GenerativeMethod`) outputs points in the target's layout: the network's
+weights W, then (a `bnn` regression with a learnt noise) the noise coordinate s (log σ or log σ⁻²). Each step,
+in this order of draws from the method's RNG:
+
+1. noise z [n, noise_dim], x = f_θ(z) with its graph to θ, W = x[:, :n_weights];
+2. the target's minibatch, then f-SVGD's mixed batch (B training rows plus E perturbed rows, Algorithm 1
+   line 4) and function values F = f(mixed batch; W_i), [n, M] (classification: [n, M, K]);
+3. v = f-SVGD's direction on the flattened F (`FunctionSpaceDirection.function_direction`: N·mean likelihood
+   score with each draw's σ_i, the Gaussian prior fitted to fresh prior functions, the full-matrix median RBF
+   kernel; lines 5-6): the same code as `fsvgd`, which draws the prior functions here;
+4. φ_W = (∂F/∂W)ᵀ v, the VJP through the network (eq. 4), [n, n_weights];
+5. noise (regression with a learnt noise): each draw's σ_i is fsvgd's per-particle MAP σ, amortised: its
+   coordinate s_i moves along ∂/∂s_i [N·mean_b log N(y_b; F_ib, σ_i²) + log p(σ_i)] at the same (pre-update)
+   function values, with fsvgd's noise prior (`noise_log_prior`, no Jacobian term), so the stored sampler's
+   draws carry their σ in the target's slot as GPVI's BNN samplers do (`/predict` reads it there). It starts at
+   σ = `noise_init` in every draw (the slot's output row is zeroed and its bias set). A fixed noise is the
+   target's, as in `fsvgd`;
+6. φ = [φ_W, φ_s] is handed to `GenerativeMethod.pullback`: the generator's optimiser descends
+   −(1/n) Σ_i φ_i·f_θ(z_i), i.e. φ pulled back through the generator (GPVI eq. 14). No `mse` 1/(n·M·K) factor
+   (fsvgd's `pullback: "mse"`): φ_W is fsvgd's `vjp` form, whose scale Adam removes.
+
+The stored sampler is `GenerativeMethod.sampler()`: the generator with the target's layout and predictive model.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from inference_core.methods.directions import svgd_direction
+from inference_core.methods.function_space.fpovi import FunctionSpaceDirection
+from inference_core.methods.generative.base import STREAM_FIRST_BATCH, GenerativeMethod
+from inference_core.schemas.generative import AmortizedFSVGDOptions
+from inference_core.seeding import derive_seed
+from inference_core.targets.base import Target
+
+
+class AmortizedFSVGD(FunctionSpaceDirection, GenerativeMethod):
+    """f-SVGD's function-space direction (f-POVI eq. 4, Algorithm 1), pulled back through the network and the
+    generator (GPVI eq. 14). See the module docstring."""
+
+    name = "amortized_fsvgd"
+    options: AmortizedFSVGDOptions
+    povi_direction = staticmethod(svgd_direction)
+
+    def __init__(self, target: Target, options: AmortizedFSVGDOptions, num_particles: int, seed: int,
+                 device: torch.device):
+        self.options = options
+        self.init_function_space(target)  # refuses other targets before the generator is built
+        super().__init__(target, options, num_particles, seed, device)
+        self.n_weights = self.function_network.n_weights
+        names = list(getattr(target, "extra_names", []))
+        #: (column, name) of the learnt noise coordinate in the target's layout, or None
+        self.noise_slot: tuple[int, str] | None = None
+        if self.noise_learned:
+            name = "log_noise_std" if "log_noise_std" in names else "log_noise_precision"
+            self.noise_slot = (self.n_weights + names.index(name), name)
+            self._start_noise_at(options.noise_init, seed)
+
+    @property
+    def generator(self) -> torch.Generator:  # type: ignore[override]
+        """The RNG `FunctionSpaceDirection` draws the extras and the prior functions from: the method's own."""
+        return self.rng
+
+    def _start_noise_at(self, std: float, seed: int) -> None:
+        """Every draw's noise coordinate = the slot value of σ = std (as fsvgd's σ_i = noise_init)."""
+        column, name = self.noise_slot  # type: ignore[misc]
+        value = math.log(std) if name == "log_noise_std" else -2 * math.log(std)
+        with torch.no_grad():
+            self.network.output.weight[column].zero_()
+            self.network.output.bias[column] = value
+            first = torch.Generator().manual_seed(derive_seed(seed, STREAM_FIRST_BATCH))
+            self.last_batch = self.network(self.noise(self.num_particles, first)).detach()
+
+    # ---- σ in the target's slot ----------------------------------------------------------------------------
+
+    def log_std_of(self, slot: Tensor) -> Tensor:
+        """log σ from the noise coordinate s: s (log_noise_std) or −s/2 (log_noise_precision)."""
+        return slot if self.noise_slot[1] == "log_noise_std" else -0.5 * slot  # type: ignore[index]
+
+    def draw_log_std(self, x: Tensor) -> Tensor | None:
+        """log σ_i [n] of the generated draws x (regression; a fixed noise for every draw), else None."""
+        if self.task != "regression":
+            return None
+        if self.noise_slot is None:
+            return torch.full((x.shape[0],), math.log(self.fixed_noise_std), dtype=x.dtype, device=x.device)
+        return self.log_std_of(x[:, self.noise_slot[0]])
+
+    def noise_direction(self, slot: Tensor, values: Tensor, y: Tensor, scale: float) -> Tensor:
+        """∂/∂s_i [scale·Σ_b log N(y_b; F_ib, σ_i²) + log p(σ_i)] per draw [n], σ_i from the slot s_i: the
+        gradient of fsvgd's MAP noise objective (`_noise_step`), values at the B training columns."""
+        with torch.enable_grad():
+            leaf = slot.detach().requires_grad_(True)
+            log_std = self.log_std_of(leaf)
+            objective = self.log_likelihood(values, y, scale, log_std) + self.noise_log_prior(log_std.exp())
+            (grad,) = torch.autograd.grad(objective.sum(), leaf)
+        return grad
+
+    # ---- one step --------------------------------------------------------------------------------------------
+
+    def weight_direction(self, x: Tensor, batch: Tensor | None) -> tuple[Tensor, dict[str, float]]:
+        """φ [n, d] at the generated draws x [n, d] (no graph needed): f-SVGD's direction on their function values
+        at a fresh mixed batch, pulled back through the network (φ_W), and the noise coordinate's MAP gradient."""
+        _, y = self.target.rows(batch)  # type: ignore[attr-defined]
+        scale = self.target.likelihood_scale(batch)  # type: ignore[attr-defined]
+        points, n_train = self.mixed_batch(batch)
+        weights = x.detach()[:, : self.n_weights].requires_grad_(True)
+        with torch.enable_grad():
+            outputs = self.function_values(weights, points)
+        values = outputs.detach()
+        log_std = self.draw_log_std(x.detach())
+        v, h = self.function_direction(values, points, n_train, y, scale, log_std,
+                                       entropy_weight=self.options.entropy_weight)
+        phi = torch.zeros_like(x.detach())
+        phi[:, : self.n_weights] = self.function_vjp(outputs, weights, v)
+        info = {"bandwidth": h, "function_force_norm": float(v.reshape(v.shape[0], -1).square().sum(-1).mean().sqrt())}
+        if self.noise_slot is not None:
+            column = self.noise_slot[0]
+            phi[:, column] = self.noise_direction(x.detach()[:, column], values[:, :n_train], y, scale)
+            info["noise_std"] = float(log_std.exp().mean())  # type: ignore[union-attr]
+        elif self.task == "regression":
+            info["noise_std"] = self.fixed_noise_std
+        return phi, info
+
+    def train_step(self) -> dict[str, float]:
+        z = self.noise(self.num_particles)
+        batch = self.target.sample_batch(self.rng)
+        x = self.network(z)
+        phi, info = self.weight_direction(x, batch)
+        self.pullback(x, phi)
+        return {**info, "direction_norm": float(phi.square().sum(-1).mean().sqrt())}
+
+    # ---- checkpoints ---------------------------------------------------------------------------------------
+
+    def extra_state(self) -> dict[str, Any]:
+        return {"bandwidth_rule": self.bandwidth_rule.state_dict()}
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        self.bandwidth_rule.load_state_dict(state.get("bandwidth_rule", {}))
