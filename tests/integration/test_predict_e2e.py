@@ -11,7 +11,7 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.support.stack import Stack
+from tests.support.stack import started_embedded
 
 pytestmark = pytest.mark.integration
 
@@ -26,22 +26,17 @@ CLIENTS = 12
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory):
-    stack = Stack("cluster", tmp_path_factory.mktemp("predict"))
-    try:
-        stack.migrate()
-        stack.start_api()
-        stack.start_worker()
-        specs = {"particles": {"method": "fsvgd", "target": TARGET, "num_particles": 10, "steps": 150, "seed": 1,
-                               "options": {"extra_points": 10}},
-                 "sampler": {"method": "amortized_svgd", "target": TARGET, "num_particles": 16, "steps": 60,
-                             "seed": 2}}
+    specs = {"particles": {"method": "fsvgd", "target": TARGET, "num_particles": 10, "steps": 150, "seed": 1,
+                           "options": {"extra_points": 10}},
+             "sampler": {"method": "amortized_svgd", "target": TARGET, "num_particles": 16, "steps": 60,
+                         "seed": 2}}
+    with started_embedded(tmp_path_factory.mktemp("predict"), mode="cluster") as stack:
         ids = {name: stack.submit(spec).json()["id"] for name, spec in specs.items()}
-        jobs = {name: stack.wait_status(job_id, {"succeeded", "failed"}, timeout=300) for name, job_id in ids.items()}
+        jobs = {name: stack.wait_status(job_id, {"succeeded", "failed"}, timeout=300)
+                for name, job_id in ids.items()}
         for job in jobs.values():
             assert job["status"] == "succeeded", (job["error"], stack.log_tail())
         yield stack, jobs
-    finally:
-        stack.stop()
 
 
 def urls(jobs: dict) -> list[str]:

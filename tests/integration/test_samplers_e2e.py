@@ -9,7 +9,7 @@ import zipfile
 import numpy as np
 import pytest
 
-from tests.support.stack import Stack
+from tests.support.stack import started_embedded
 
 pytestmark = pytest.mark.integration
 
@@ -18,37 +18,22 @@ COV = [[1.0, 0.6], [0.6, 2.0]]
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory):
-    stack = Stack("embedded", tmp_path_factory.mktemp("samplers"), {"PARVIS_MAX_SAMPLE_N": "20000"})
-    try:
-        stack.migrate()
-        stack.start_api()
-        stack.start_worker()
-        spec = {"method": "gpvi_exact", "target": {"kind": "gaussian", "mean": [1.0, -1.0], "cov": COV},
-                "num_particles": 64, "steps": 1500, "seed": 5,
-                "options": {"generator": {"hidden": []}, "optimizer": {"lr": 0.01}}}
-        job_id = stack.submit(spec).json()["id"]
-        job = stack.wait_status(job_id, {"succeeded", "failed"}, timeout=300)
-        assert job["status"] == "succeeded", (job["error"], stack.log_tail())
+    spec = {"method": "gpvi_exact", "target": {"kind": "gaussian", "mean": [1.0, -1.0], "cov": COV},
+            "num_particles": 64, "steps": 1500, "seed": 5,
+            "options": {"generator": {"hidden": []}, "optimizer": {"lr": 0.01}}}
+    with started_embedded(tmp_path_factory.mktemp("samplers"), {"PARVIS_MAX_SAMPLE_N": "20000"}) as stack:
+        job = stack.succeeded(spec)
         assert job["sampler_id"] and job["sampler_id"].startswith("smp_")
         yield stack, job
-    finally:
-        stack.stop()
-
-
-def draw(stack: Stack, sampler_id: str, n: int, seed: int) -> np.ndarray:
-    response = stack.client.post(f"/v1/samplers/{sampler_id}/sample", json={"n": n, "seed": seed},
-                                 headers={"Accept": "application/x-npy"})
-    assert response.status_code == 200, response.text
-    return np.load(io.BytesIO(response.content), allow_pickle=False)
 
 
 def test_sample_is_seeded_bit_identical_and_fits_the_target(trained) -> None:
     stack, job = trained
     sampler_id = job["sampler_id"]
-    first, again = draw(stack, sampler_id, 5000, 7), draw(stack, sampler_id, 5000, 7)
+    first, again = stack.sample_npy(sampler_id, 5000, 7), stack.sample_npy(sampler_id, 5000, 7)
     assert first.dtype == np.float32 and first.shape == (5000, 2)
     assert np.array_equal(first, again)
-    assert not np.array_equal(first, draw(stack, sampler_id, 5000, 8))
+    assert not np.array_equal(first, stack.sample_npy(sampler_id, 5000, 8))
     as_json = stack.client.post(f"/v1/samplers/{sampler_id}/sample", json={"n": 5000, "seed": 7}).json()
     assert as_json["shape"] == [5000, 2] and as_json["seed"] == 7
     np.testing.assert_array_equal(np.asarray(as_json["samples"], dtype=np.float32), first)
@@ -123,7 +108,7 @@ def test_downloads_reproduce_the_servers_draws(trained) -> None:
     assert hashlib.sha256(archive.content).hexdigest() == digests["weights"]
     assert sorted(zipfile.ZipFile(io.BytesIO(archive.content)).namelist()) == ["config.json", "weights.safetensors"]
     rebuilt = load(archive.content)
-    server = draw(stack, sampler_id, 1000, 11)
+    server = stack.sample_npy(sampler_id, 1000, 11)
     np.testing.assert_array_equal(rebuilt.sample(1000, 11).numpy(), server)
 
     graph = stack.client.get(f"/v1/samplers/{sampler_id}/download", params={"format": "onnx"})

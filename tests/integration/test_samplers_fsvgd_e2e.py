@@ -10,7 +10,7 @@ import zipfile
 import numpy as np
 import pytest
 
-from tests.support.stack import Stack
+from tests.support.stack import started_embedded
 
 pytestmark = pytest.mark.integration
 
@@ -21,30 +21,15 @@ Y = np.sin(X[:, 0]) + 0.1 * RNG.normal(size=30)
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory):
-    stack = Stack("embedded", tmp_path_factory.mktemp("samplers_fsvgd"))
-    try:
-        stack.migrate()
-        stack.start_api()
-        stack.start_worker()
-        target = {"kind": "bnn", "dataset": {"X": X.tolist(), "y": Y.tolist()}, "standardize": True, "hidden": [8],
-                  "prior_std_scaling": "fan_out", "noise": {"type": "inverse_gamma_std"}}
-        spec = {"method": "amortized_fsvgd", "target": target, "num_particles": 8, "steps": 50, "seed": 3,
-                "options": {"generator": {"hidden": [16], "noise_dim": 4}, "extra_points": 10},
-                "eval": {"ksd": False, "mmd": False}}
-        job_id = stack.submit(spec).json()["id"]
-        job = stack.wait_status(job_id, {"succeeded", "failed"}, timeout=300)
-        assert job["status"] == "succeeded", (job["error"], stack.log_tail())
+    target = {"kind": "bnn", "dataset": {"X": X.tolist(), "y": Y.tolist()}, "standardize": True, "hidden": [8],
+              "prior_std_scaling": "fan_out", "noise": {"type": "inverse_gamma_std"}}
+    spec = {"method": "amortized_fsvgd", "target": target, "num_particles": 8, "steps": 50, "seed": 3,
+            "options": {"generator": {"hidden": [16], "noise_dim": 4}, "extra_points": 10},
+            "eval": {"ksd": False, "mmd": False}}
+    with started_embedded(tmp_path_factory.mktemp("samplers_fsvgd")) as stack:
+        job = stack.succeeded(spec)
         assert job["sampler_id"] and job["sampler_id"].startswith("smp_")
         yield stack, job
-    finally:
-        stack.stop()
-
-
-def draw(stack: Stack, sampler_id: str, n: int, seed: int) -> np.ndarray:
-    response = stack.client.post(f"/v1/samplers/{sampler_id}/sample", json={"n": n, "seed": seed},
-                                 headers={"Accept": "application/x-npy"})
-    assert response.status_code == 200, response.text
-    return np.load(io.BytesIO(response.content), allow_pickle=False)
 
 
 def test_sample_is_seeded_and_equals_the_downloaded_zip(trained) -> None:
@@ -54,10 +39,10 @@ def test_sample_is_seeded_and_equals_the_downloaded_zip(trained) -> None:
     sampler_id = job["sampler_id"]
     meta = stack.client.get(f"/v1/samplers/{sampler_id}").json()
     assert meta["method"] == "amortized_fsvgd" and meta["job_id"] == job["id"]
-    first, again = draw(stack, sampler_id, 500, 7), draw(stack, sampler_id, 500, 7)
+    first, again = stack.sample_npy(sampler_id, 500, 7), stack.sample_npy(sampler_id, 500, 7)
     assert first.dtype == np.float32 and first.shape == (500, meta["dim"])
     assert np.array_equal(first, again)
-    assert not np.array_equal(first, draw(stack, sampler_id, 500, 8))
+    assert not np.array_equal(first, stack.sample_npy(sampler_id, 500, 8))
     archive = stack.client.get(f"/v1/samplers/{sampler_id}/download", params={"format": "safetensors"})
     assert archive.status_code == 200
     assert sorted(zipfile.ZipFile(io.BytesIO(archive.content)).namelist()) == ["config.json", "weights.safetensors"]

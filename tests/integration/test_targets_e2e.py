@@ -113,3 +113,25 @@ def test_auto_job_reports_quality_and_a_collapsed_job_is_flagged(embedded: Stack
     assert "collapsed" in [w["code"] for w in bad["quality"]["warnings"]]
     assert "method: \"auto\"" in bad["quality"]["next_steps"][0]  # and what to do instead
     assert auto_job["quality"]["next_steps"] == []
+
+
+def test_an_under_trained_fvi_job_is_flagged_over_http_and_so_is_its_sampler(embedded: Stack) -> None:
+    """Issue 40: FVI once fitted a 1-D regression no better than ȳ and its job said `good` with no check run.
+    Over HTTP an FVI job stopped after 4 steps now carries the predictive check's `no_better_than_mean`, its
+    remedy, and its sampler's certificate says the same (predictive checks on the job's data)."""
+    x = np.linspace(-2, 2, 60)
+    y = 2 * np.sin(2 * x) + 0.1 * RNG.normal(size=60)
+    target = {"kind": "bnn", "dataset": {"X": x[:, None].tolist(), "y": y.tolist()}, "hidden": [20],
+              "standardize": True, "noise": {"type": "inverse_gamma_std"}}
+    job_id = embedded.submit({"method": "fvi", "num_particles": 20, "steps": 4, "seed": 0, "target": target,
+                              "options": {"distill_steps": 2}}).json()["id"]
+    job = embedded.wait_status(job_id, {"succeeded", "failed"}, timeout=120)
+    assert job["status"] == "succeeded", job["error"]
+    quality = job["quality"]
+    assert quality["verdict"] == "unreliable" and quality["trustworthy"] is False and quality["checks"] == ["predictive"]
+    assert "no_better_than_mean" in [w["code"] for w in quality["warnings"]]
+    assert quality["predictive"]["train_rmse"] >= 0.9 * quality["predictive"]["y_sd"]
+    assert any("`fsvgd`" in step for step in quality["next_steps"])
+    certificate = embedded.client.get(f"/v1/samplers/{job['sampler_id']}").json()["quality"]
+    assert certificate["verdict"] == "unreliable" and certificate["predictive"]["task"] == "regression"
+    assert "no_better_than_mean" in [w["code"] for w in certificate["warnings"]]

@@ -154,6 +154,23 @@ class Stack:
         return wait_for(lambda: (j := self.job(job_id))["status"] in statuses and j, timeout, interval=0.1,
                         what=f"job {job_id} to reach {sorted(statuses)}")
 
+    def succeeded(self, spec: dict[str, Any], timeout: float = 300) -> dict[str, Any]:
+        """Submit `spec`, wait for it to finish, assert it succeeded; the job."""
+        job = self.wait_status(self.submit(spec).json()["id"], {"succeeded", "failed"}, timeout)
+        assert job["status"] == "succeeded", (job["error"], self.log_tail())
+        return job
+
+    def sample_npy(self, sampler_id: str, n: int, seed: int) -> Any:
+        """`/v1/samplers/{id}/sample` as the float32 `.npy` answer, loaded."""
+        import io
+
+        import numpy as np
+
+        response = self.client.post(f"/v1/samplers/{sampler_id}/sample", json={"n": n, "seed": seed},
+                                    headers={"Accept": "application/x-npy"})
+        assert response.status_code == 200, response.text
+        return np.load(io.BytesIO(response.content), allow_pickle=False)
+
     def log_tail(self, lines: int = 60) -> str:
         out = []
         for path in sorted(self.logs.glob("*.log")):
@@ -185,10 +202,10 @@ class Stack:
 
 
 @contextlib.contextmanager
-def started_embedded(root: Path) -> Iterator[Stack]:
-    """An embedded stack (API + worker, SQLite, filesystem queue) under `root`, migrated and started; stopped on
-    exit. What the benchmark scripts that go through HTTP share."""
-    stack = Stack("embedded", root)
+def started_embedded(root: Path, extra_env: dict[str, str] | None = None, mode: str = "embedded") -> Iterator[Stack]:
+    """An embedded stack (API + worker, SQLite, filesystem queue; or `mode` "cluster") under `root`, migrated and
+    started; stopped on exit. What the benchmark scripts that go through HTTP share."""
+    stack = Stack(mode, root, extra_env)
     try:
         stack.migrate()
         stack.start_api()

@@ -19,9 +19,8 @@ from inference_core import errors, run
 from inference_core.catalog import METHODS, NETWORK_KINDS, resolve
 from inference_core.prediction import predictor_from_sampler
 from inference_core.samplers import load
-from inference_core.serialization import state_from_bytes
 from inference_core.spec import validate_job_spec
-from tests.support.resume import StopAt
+from tests.support.resume import straight_stopped_resumed
 
 RNG = np.random.default_rng(11)
 X1 = np.sort(RNG.uniform(-3, 3, size=40))[:, None]
@@ -63,12 +62,7 @@ def test_registered_for_the_network_kinds_and_listed(client: TestClient) -> None
      "prior": {"type": "bnn", "hidden": [8], "prior_std_scaling": "fan_out"}, "likelihood": {"noise_std": 0.3}},
 ], ids=["inverse_gamma", "gamma_precision", "classification", "function_posterior"])
 def test_runs_and_resumes_bit_identically(target: dict) -> None:
-    spec = job(target)
-    straight = run(spec)
-    hooks = StopAt(7)
-    first = run(spec, hooks=hooks)
-    assert first.stopped == "preempted" and sorted(hooks.checkpoints) == [4]
-    resumed = run(spec, resume_state=state_from_bytes(hooks.checkpoints[4]))
+    straight, first, resumed = straight_stopped_resumed(job(target))
     assert resumed.steps_completed == 12
     assert torch.equal(resumed.particles, straight.particles)
     assert torch.equal(resumed.method.sampler().sample(30, 2), straight.method.sampler().sample(30, 2))

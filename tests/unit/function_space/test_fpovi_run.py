@@ -10,13 +10,12 @@ import pytest
 import torch
 from fpovi_support import X3, Y3, build, regression_target_spec
 
-from inference_core import errors, run
+from inference_core import errors
 from inference_core.catalog import METHODS, resolve
-from inference_core.serialization import state_from_bytes
 from inference_core.spec import validate_job_spec
 from inference_core.targets import BuildContext, build_target
 from inference_core.training import build_method
-from tests.support.resume import StopAt
+from tests.support.resume import straight_stopped_resumed
 
 FPOVI = ["fsvgd", "fwsgld", "fpisgld"]
 
@@ -32,12 +31,7 @@ def job(name: str, target: dict[str, Any], options: dict[str, Any] | None = None
 
 @pytest.mark.parametrize("name", FPOVI)
 def test_resume_from_a_serialised_checkpoint_is_bit_identical(name: str) -> None:
-    spec = job(name, regression_target_spec())
-    straight = run(spec)
-    hooks = StopAt(7)
-    first = run(spec, hooks=hooks)
-    assert first.stopped == "preempted" and sorted(hooks.checkpoints) == [4]
-    resumed = run(spec, resume_state=state_from_bytes(hooks.checkpoints[4]))
+    straight, first, resumed = straight_stopped_resumed(job(name, regression_target_spec()))
     assert resumed.steps_completed == 12
     assert torch.equal(resumed.particles, straight.particles)
     assert not torch.equal(straight.particles, first.particles)

@@ -15,11 +15,10 @@ from inference_core.catalog import METHODS, resolve
 from inference_core.kernels import RBF
 from inference_core.methods.kernel_sums import cross_median_bandwidth
 from inference_core.methods.speedups import induced_ksd
-from inference_core.serialization import state_from_bytes
 from inference_core.spec import validate_job_spec
 from inference_core.targets.base import Target
 from inference_core.training import build_method
-from tests.support.resume import StopAt
+from tests.support.resume import straight_stopped_resumed
 
 PARTICLE_METHODS = sorted(name for name, info in METHODS.items() if info.family == "particle")
 X, Y = blr_data(50, 3, seed=2)
@@ -54,12 +53,7 @@ def spec(name: str, options: dict[str, Any], steps: int = 12) -> dict[str, Any]:
 
 @pytest.mark.parametrize(("name", "options"), VARIANTS, ids=[f"{n}-{i}" for i, (n, _) in enumerate(VARIANTS)])
 def test_resume_from_a_serialised_checkpoint_is_bit_identical(name: str, options: dict[str, Any]) -> None:
-    straight = run(spec(name, options))
-    hooks = StopAt(7)
-    first = run(spec(name, options), hooks=hooks)
-    assert first.stopped == "preempted" and sorted(hooks.checkpoints) == [4]
-    # Restart from the step-4 checkpoint (steps 5-7 are redone), as a redelivered job does.
-    resumed = run(spec(name, options), resume_state=state_from_bytes(hooks.checkpoints[4]))
+    straight, first, resumed = straight_stopped_resumed(spec(name, options))
     assert resumed.steps_completed == 12
     assert torch.equal(resumed.particles, straight.particles)
     assert not torch.equal(straight.particles, first.particles)  # the particles did move after step 7
