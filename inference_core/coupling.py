@@ -60,11 +60,12 @@ class AffineCoupling(nn.Module):
 FLOW_PREFIX = "flow."
 
 
-def flow_shapes(dim: int, layers: int, hidden: int) -> dict[str, tuple[int, ...]]:
-    """Name → shape of every tensor of a `CouplingFlow` as a sampler stores it (FLOW_PREFIX included)."""
+def flow_shapes(dim: int, layers: int, hidden: int, prefix: str = FLOW_PREFIX) -> dict[str, tuple[int, ...]]:
+    """Name → shape of every tensor of a `CouplingFlow` as a sampler stores it (`prefix` included: FLOW_PREFIX
+    for the output flow, samplers.generator's TOP_FLOW_PREFIX for a coupling generator's top block)."""
     shapes: dict[str, tuple[int, ...]] = {}
     for layer in range(layers):
-        base = f"{FLOW_PREFIX}layers.{layer}."
+        base = f"{prefix}layers.{layer}."
         shapes[base + "mask"] = (dim,)
         for index, (out, fan_in) in zip((0, 2, 4), ((hidden, dim), (hidden, hidden), (2 * dim, hidden)), strict=True):
             shapes[f"{base}net.{index}.weight"] = (out, fan_in)
@@ -85,14 +86,14 @@ class CouplingFlow(nn.Module):
             masks.append(mask)
         self.layers = nn.ModuleList(AffineCoupling(mask, hidden, generator) for mask in masks)
 
-    def tensors(self) -> dict[str, Tensor]:
-        """The flow as a sampler stores it: float32 CPU copies named FLOW_PREFIX + state-dict name."""
-        return {FLOW_PREFIX + name: value.detach().to("cpu", torch.float32) for name, value in self.state_dict().items()}
+    def tensors(self, prefix: str = FLOW_PREFIX) -> dict[str, Tensor]:
+        """The flow as a sampler stores it: float32 CPU copies named `prefix` + state-dict name."""
+        return {prefix + name: value.detach().to("cpu", torch.float32) for name, value in self.state_dict().items()}
 
     @classmethod
-    def from_tensors(cls, tensors: dict[str, Tensor]) -> CouplingFlow:
-        """The flow `tensors()` stored (other keys of `tensors` ignored), in their dtype, weights frozen."""
-        own = {name[len(FLOW_PREFIX):]: value for name, value in tensors.items() if name.startswith(FLOW_PREFIX)}
+    def from_tensors(cls, tensors: dict[str, Tensor], prefix: str = FLOW_PREFIX) -> CouplingFlow:
+        """The flow `tensors(prefix)` stored (other keys of `tensors` ignored), in their dtype, weights frozen."""
+        own = {name[len(prefix):]: value for name, value in tensors.items() if name.startswith(prefix)}
         layers = sum(name.endswith(".mask") for name in own)
         dim, hidden = own["layers.0.mask"].numel(), own["layers.0.net.0.weight"].shape[0]
         flow = cls(dim, layers, hidden, torch.Generator().manual_seed(0))

@@ -20,7 +20,9 @@ f(z) = output.weight · φ(z[:, :input_dim]) + output.bias + lambda · z, φ the
 `samplers.generator`); when lambda = 0 the noise has input_dim columns, else output_dim. Optional entries, written
 only when present: `"affine": true` (x = affine.shift + affine.root · f(z), a generator trained in whitened
 coordinates) and with it `"flow": {"layers", "hidden"}` (x = shift + root · T(f(z)), T the coupling flow of
-`inference_core.coupling` whose tensors are named "flow.*").
+`inference_core.coupling` whose tensors are named "flow.*"), and `"structure": "coupling"` with `"coupling":
+{"layers", "hidden"}`: the injective generator f(z) = [t(z[:k]); W φ(z[:k]) + b + λ z[k:]] of
+`samplers.generator` (output layer d − k rows, top block tensors "top.*"; absent means "residual").
 """
 
 from __future__ import annotations
@@ -63,6 +65,15 @@ class FlowConfig(StrictModel):
     hidden: int = Field(ge=1, le=4096)
 
 
+class CouplingTopConfig(StrictModel):
+    """The top block t(u) = shift + exp(log_scale) ⊙ T(u) of a "coupling" generator (samplers.generator): T has
+    `layers` affine couplings whose nets have two tanh layers of `hidden` (tensors "top.shift", "top.log_scale",
+    "top.flow.layers.{l}.mask" and "top.flow.layers.{l}.net.{0,2,4}.{weight,bias}")."""
+
+    layers: int = Field(ge=1, le=64)
+    hidden: int = Field(ge=1, le=4096)
+
+
 class GeneratorConfig(StrictModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, validate_by_name=True,
                               validate_by_alias=True, serialize_by_alias=True)
@@ -76,9 +87,16 @@ class GeneratorConfig(StrictModel):
     lam: float = Field(ge=0, le=1e6, alias="lambda")
     affine: bool = Field(default=False, description="an output map x = shift + root·f(z) (whitened training)")
     flow: FlowConfig | None = Field(default=None, description="a coupling flow before the affine map (needs it)")
+    structure: Literal["residual", "coupling"] = Field(
+        default="residual", description="'residual' f = g(z[:k]) + λz; 'coupling' the injective generator")
+    coupling: CouplingTopConfig | None = Field(default=None, description="the top block of structure 'coupling'")
 
     @model_validator(mode="after")
     def _consistent(self) -> GeneratorConfig:
+        if (self.structure == "coupling") != (self.coupling is not None):
+            raise ValueError("`coupling` is given exactly with structure 'coupling'")
+        if self.structure == "coupling" and not (self.lam > 0 and self.input_dim < self.output_dim):
+            raise ValueError("structure 'coupling' needs lambda > 0 and input_dim < output_dim")
         if any(not 1 <= w <= MAX_WIDTH for w in self.hidden):
             raise ValueError(f"hidden widths must be in [1, {MAX_WIDTH}]")
         expected_noise = self.output_dim if self.lam > 0 else self.input_dim
@@ -95,7 +113,8 @@ class GeneratorConfig(StrictModel):
         return self
 
     def shapes(self) -> dict[str, tuple[int, ...]]:
-        shapes = parameter_shapes(self.input_dim, self.hidden, self.output_dim, self.affine)
+        coupling = (self.coupling.layers, self.coupling.hidden) if self.coupling is not None else None
+        shapes = parameter_shapes(self.input_dim, self.hidden, self.output_dim, self.affine, coupling)
         if self.flow is not None:
             shapes.update(flow_shapes(self.output_dim, self.flow.layers, self.flow.hidden))
         return shapes

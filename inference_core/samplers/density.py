@@ -21,6 +21,15 @@ covariance was 0.59 against 1.0. The sign of det ∂f/∂z is therefore returned
 injective C¹ map of R^d keeps one orientation, so draws of both signs prove f folds (`Density.folded`);
 one sign everywhere is necessary for injectivity, not sufficient.
 
+The "coupling" structure of `samplers.generator` (f(z) = [t(z[:k]); W φ(z[:k]) + b + λ z[k:]], t an affine
+coupling flow with an elementwise affine output) has ∂f/∂z = [[J_t(z[:k]), 0], [C(z), λI_{d−k}]] with
+det J_t = exp(Σ log_scale + Σ_couplings Σ s) > 0, so
+
+    log|det ∂f/∂z| = (d − k) log λ + Σ log_scale + log det ∂T/∂u,     sign +1 at every draw,
+
+read off the couplings' log-scales in the forward pass (no Jacobian is formed): it is injective by construction,
+so its log q is the density of x, never a branch density, and `Density.folded` is always False.
+
 A(z) per draw is formed by forward-mode differentiation of z[:k] ↦ g(z[:k])_{:k} only: the k tangent rows
 ∂h/∂z[:k] are pushed through the hidden stack alongside the activations (one GEMM of n·k rows per layer,
 times the activation's slope: closed forms for the common activations, autograd for the others), and the
@@ -40,7 +49,13 @@ from torch import Tensor
 
 from inference_core.coupling import CouplingFlow
 from inference_core.networks import ACTIVATIONS, activation_slope
-from inference_core.samplers.generator import generator_forward, has_flow
+from inference_core.samplers.generator import (
+    TOP_FLOW_PREFIX,
+    coupling_top_forward,
+    generator_forward,
+    has_coupling_top,
+    has_flow,
+)
 
 #: largest noise prefix k whose k × k Jacobian blocks are formed (k³ per draw for the log-determinant)
 MAX_JACOBIAN_K = 1024
@@ -94,16 +109,21 @@ def top_block_jacobians(hidden: list[tuple[Tensor, Tensor]], top_weight: Tensor,
 
 def generator_log_abs_det(tensors: dict[str, Tensor], z: Tensor, *, input_dim: int, n_hidden: int,
                           activation: str, lam: float, output_dim: int,
-                          flow: CouplingFlow | None = None) -> tuple[Tensor, Tensor]:
+                          flow: CouplingFlow | None = None,
+                          top_flow: CouplingFlow | None = None) -> tuple[Tensor, Tensor]:
     """(log|det ∂x/∂z|, sign of det ∂x/∂z) per row of z [n, noise_dim], float64 (module docstring). Raises
     DensityUnavailable when the generator maps to a lower-dimensional set (λ = 0 and k < d). `flow`: the
-    tensors' flow already built in float64, if they hold one (else it is built here)."""
+    tensors' flow already built in float64, if they hold one (else it is built here); `top_flow` likewise for a
+    "coupling" generator's top-block flow."""
     k, d = input_dim, output_dim
     if lam == 0.0 and k != d:
         raise DensityUnavailable(f"a generator with lambda = 0 and noise width k = {k} < d = {d} puts its draws "
                                  "on a k-dimensional manifold: they have no density on R^d")
     if lam < 0.0:
         raise DensityUnavailable("lambda must be >= 0")
+    if has_coupling_top(tensors):
+        return _coupling_log_abs_det(tensors, z, input_dim=k, n_hidden=n_hidden, activation=activation, lam=lam,
+                                     output_dim=d, flow=flow, top_flow=top_flow)
     if k > MAX_JACOBIAN_K:
         raise DensityUnavailable(f"the noise prefix k = {k} is over {MAX_JACOBIAN_K}: the k × k log-determinants "
                                  "(k³ per draw) are not computed")
@@ -126,6 +146,29 @@ def generator_log_abs_det(tensors: dict[str, Tensor], z: Tensor, *, input_dim: i
         out = generator_forward(params, z.detach().to(device="cpu", dtype=torch.float64), input_dim=k,
                                 n_hidden=n_hidden, activation=activation, lam=lam, output_map=False)
         logabs = logabs + (flow if flow is not None else CouplingFlow.from_tensors(params))(out)[1]
+    if "affine.root" in params:
+        root_sign, root_logabs = torch.linalg.slogdet(params["affine.root"])
+        logabs, sign = logabs + root_logabs, sign * root_sign
+    return logabs, sign
+
+
+def _coupling_log_abs_det(tensors: dict[str, Tensor], z: Tensor, *, input_dim: int, n_hidden: int, activation: str,
+                          lam: float, output_dim: int, flow: CouplingFlow | None,
+                          top_flow: CouplingFlow | None) -> tuple[Tensor, Tensor]:
+    """`generator_log_abs_det` of a "coupling" generator (module docstring): (d − k) log λ + log det ∂t/∂u, sign +1
+    (then the output flow's and affine map's terms, as for the residual structure)."""
+    k, d = input_dim, output_dim
+    params = {name: value.detach().to(device="cpu", dtype=torch.float64) for name, value in tensors.items()}
+    z64 = z.detach().to(device="cpu", dtype=torch.float64)
+    if top_flow is None:
+        top_flow = CouplingFlow.from_tensors(params, TOP_FLOW_PREFIX)
+    with torch.no_grad():
+        logabs = coupling_top_forward(params, z64[:, :k], top_flow)[1] + (d - k) * math.log(lam)
+        sign = torch.ones_like(logabs)
+        if has_flow(params):
+            out = generator_forward(params, z64, input_dim=k, n_hidden=n_hidden, activation=activation, lam=lam,
+                                    output_map=False, top_flow=top_flow)
+            logabs = logabs + (flow if flow is not None else CouplingFlow.from_tensors(params))(out)[1]
     if "affine.root" in params:
         root_sign, root_logabs = torch.linalg.slogdet(params["affine.root"])
         logabs, sign = logabs + root_logabs, sign * root_sign

@@ -7,6 +7,10 @@ the graph is exactly f(z) = output.weight · φ(z[:, :k]) + output.bias + λz.
 The graph is deterministic; the client draws z exactly as `Sampler.sample_noise(n, seed)` does (see
 `config.NOISE_DRAW`), so `onnxruntime.InferenceSession(model).run(["samples"], {"z": noise})` reproduces
 `Sampler.sample(n, seed)` to float32 rounding (the kernels differ, so not bit for bit).
+A "coupling"-structure generator (samplers.generator) is exported too: its top block t(z[:k]) = shift +
+exp(log_scale)·T(z[:k]) (T's couplings node by node, as the output flow's; exp(log_scale) stored as the
+initialiser "top.scale", computed in float32 as the sampler computes it), its other rows W φ(z[:k]) + b +
+λ z[k:], concatenated.
 Opset 17, IR version 8 (readable by onnxruntime ≥ 1.13). `onnx` is needed only here and is imported lazily.
 """
 
@@ -64,6 +68,7 @@ def export_onnx(config: dict[str, Any], tensors: dict[str, Tensor]) -> bytes:
                          const("const_inv_sqrt2", np.array(1 / math.sqrt(2), np.float32))]
     nodes = []
     current = INPUT_NAME
+    coupling = gen.get("structure", "residual") == "coupling"
     if k < noise_dim:
         initializers += [const("slice_starts", np.array([0], np.int64)), const("slice_ends", np.array([k], np.int64)),
                          const("slice_axes", np.array([1], np.int64))]
@@ -85,7 +90,26 @@ def export_onnx(config: dict[str, Any], tensors: dict[str, Tensor]) -> bytes:
     g_out = f_out if lam == 0.0 else "g_out"
     nodes.append(helper.make_node("Gemm", [current, "output.weight", "output.bias"], [g_out], transB=1,
                                   name="output_gemm"))
-    if lam != 0.0:
+    if coupling:  # f = [t(z[:k]); g_out + λ z[k:]]
+        from inference_core.samplers.generator import TOP_FLOW_PREFIX, TOP_PREFIX
+
+        top_nodes, top_initializers = _coupling_nodes(helper, const, tensors, "z_prefix", "top_flow_out",
+                                                      gen["coupling"]["layers"], TOP_FLOW_PREFIX, "top_flow")
+        nodes += top_nodes
+        initializers += top_initializers
+        initializers += [const("top.scale", tensors[TOP_PREFIX + "log_scale"].exp().numpy()),
+                         const("top.shift", tensors[TOP_PREFIX + "shift"].numpy()),
+                         const("rest_starts", np.array([k], np.int64)),
+                         const("rest_ends", np.array([noise_dim], np.int64)),
+                         const("lambda", np.array(lam, np.float32))]
+        nodes += [helper.make_node("Mul", ["top_flow_out", "top.scale"], ["top_scaled"], name="top_scale"),
+                  helper.make_node("Add", ["top_scaled", "top.shift"], ["top_out"], name="top_shift"),
+                  helper.make_node("Slice", [INPUT_NAME, "rest_starts", "rest_ends", "slice_axes"], ["z_rest"],
+                                   name="noise_rest"),
+                  helper.make_node("Mul", ["z_rest", "lambda"], ["lambda_z"], name="lambda_times_z_rest"),
+                  helper.make_node("Add", ["g_out", "lambda_z"], ["rest_out"], name="add_lambda_z"),
+                  helper.make_node("Concat", ["top_out", "rest_out"], [f_out], axis=1, name="concat_top_rest")]
+    elif lam != 0.0:
         initializers.append(const("lambda", np.array(lam, np.float32)))
         nodes += [helper.make_node("Mul", [INPUT_NAME, "lambda"], ["lambda_z"], name="lambda_times_z"),
                   helper.make_node("Add", ["g_out", "lambda_z"], [f_out], name="add_lambda_z")]
@@ -110,18 +134,20 @@ def export_onnx(config: dict[str, Any], tensors: dict[str, Tensor]) -> bytes:
 
 
 def _coupling_nodes(helper: Any, const: Any, tensors: dict[str, Tensor], x: str, out: str,
-                    layers: int) -> tuple[list[Any], list[Any]]:
+                    layers: int, prefix: str | None = None, name: str = "flow") -> tuple[list[Any], list[Any]]:
     """The flow T of `inference_core.coupling.CouplingFlow` from `x` to `out`, layer by layer: h = x·m; [s | t] =
-    net(h) (Gemm, Tanh, Gemm, Tanh, Gemm); s = (1 − m)·B·tanh(s/B), t = (1 − m)·t; x ← x·exp(s) + t."""
+    net(h) (Gemm, Tanh, Gemm, Tanh, Gemm); s = (1 − m)·B·tanh(s/B), t = (1 − m)·t; x ← x·exp(s) + t. `prefix`:
+    its tensors' (default FLOW_PREFIX); `name`: the prefix of its node and constant names."""
     from inference_core.coupling import FLOW_PREFIX, SCALE_BOUND
 
-    dim = tensors[f"{FLOW_PREFIX}layers.0.mask"].numel()
-    initializers = [const("flow_bound", np.array(SCALE_BOUND, np.float32)),
-                    const("flow_split", np.array([dim, dim], np.int64))]
+    prefix = FLOW_PREFIX if prefix is None else prefix
+    dim = tensors[f"{prefix}layers.0.mask"].numel()
+    initializers = [const(f"{name}_bound", np.array(SCALE_BOUND, np.float32)),
+                    const(f"{name}_split", np.array([dim, dim], np.int64))]
     nodes = []
     current = x
     for layer in range(layers):
-        base, tag = f"{FLOW_PREFIX}layers.{layer}.", f"flow{layer}"
+        base, tag = f"{prefix}layers.{layer}.", f"{name}{layer}"
         mask = tensors[base + "mask"].numpy()
         initializers += [const(f"{tag}_mask", mask), const(f"{tag}_free", 1 - mask)]
         nodes.append(helper.make_node("Mul", [current, f"{tag}_mask"], [f"{tag}_fixed"], name=f"{tag}_fixed"))
@@ -136,10 +162,11 @@ def _coupling_nodes(helper: Any, const: Any, tensors: dict[str, Tensor], x: str,
                 nodes.append(helper.make_node("Tanh", [h], [f"{h}_tanh"], name=f"{tag}_tanh{index}"))
                 h = f"{h}_tanh"
         nodes += [
-            helper.make_node("Split", [h, "flow_split"], [f"{tag}_s_raw", f"{tag}_t_raw"], axis=1, name=f"{tag}_split"),
-            helper.make_node("Div", [f"{tag}_s_raw", "flow_bound"], [f"{tag}_s_div"], name=f"{tag}_s_div"),
+            helper.make_node("Split", [h, f"{name}_split"], [f"{tag}_s_raw", f"{tag}_t_raw"], axis=1,
+                             name=f"{tag}_split"),
+            helper.make_node("Div", [f"{tag}_s_raw", f"{name}_bound"], [f"{tag}_s_div"], name=f"{tag}_s_div"),
             helper.make_node("Tanh", [f"{tag}_s_div"], [f"{tag}_s_tanh"], name=f"{tag}_s_tanh"),
-            helper.make_node("Mul", [f"{tag}_s_tanh", "flow_bound"], [f"{tag}_s_bounded"], name=f"{tag}_s_bound"),
+            helper.make_node("Mul", [f"{tag}_s_tanh", f"{name}_bound"], [f"{tag}_s_bounded"], name=f"{tag}_s_bound"),
             helper.make_node("Mul", [f"{tag}_s_bounded", f"{tag}_free"], [f"{tag}_s"], name=f"{tag}_s"),
             helper.make_node("Mul", [f"{tag}_t_raw", f"{tag}_free"], [f"{tag}_t"], name=f"{tag}_t"),
             helper.make_node("Exp", [f"{tag}_s"], [f"{tag}_scale"], name=f"{tag}_exp"),

@@ -30,7 +30,7 @@ from inference_core.samplers.config import (
     validate_config,
 )
 from inference_core.samplers.density import Density, generator_density
-from inference_core.samplers.generator import GeneratorNetwork, generator_forward
+from inference_core.samplers.generator import TOP_FLOW_PREFIX, GeneratorNetwork, generator_forward
 from inference_core.samplers.spg import SPGSampler
 
 #: Largest n·max(noise_dim, output_dim) one `sample` call may produce (1 GiB of float32).
@@ -62,12 +62,21 @@ class Sampler(FrozenSampler):
             self._config["generator"].pop("affine")
         if parsed.generator.flow is None:
             self._config["generator"].pop("flow")
+        if parsed.generator.structure == "residual":
+            self._config["generator"].pop("structure")
+            self._config["generator"].pop("coupling")
         self._tensors = frozen
         #: the flow between generator and affine map, built once (float32 for draws, float64 for densities)
         self._flow = self._flow64 = None
         if parsed.generator.flow is not None:
             self._flow = CouplingFlow.from_tensors(frozen)
             self._flow64 = CouplingFlow.from_tensors({name: value.double() for name, value in frozen.items()})
+        #: a "coupling" generator's top-block flow, built once likewise
+        self._top = self._top64 = None
+        if parsed.generator.structure == "coupling":
+            self._top = CouplingFlow.from_tensors(frozen, TOP_FLOW_PREFIX)
+            self._top64 = CouplingFlow.from_tensors({name: value.double() for name, value in frozen.items()},
+                                                    TOP_FLOW_PREFIX)
 
     # ---- construction ----------------------------------------------------------------------------------
 
@@ -88,6 +97,9 @@ class Sampler(FrozenSampler):
                           "hidden": list(network.hidden_sizes), "activation": network.activation,
                           "output_dim": network.output_dim, "lambda": lam,
                           **({"affine": True} if affine is not None else {}),
+                          **({"structure": "coupling", "coupling": {"layers": network.coupling_layers,
+                                                                    "hidden": network.coupling_hidden}}
+                             if network.coupling else {}),
                           **({"flow": {"layers": len(flow.layers), "hidden": flow.hidden}} if flow is not None else {})},
             "noise": {"distribution": "standard_normal", "dtype": "float32", "draw": NOISE_DRAW},
             "target": {"kind": target_kind, "dim": network.output_dim},
@@ -131,7 +143,8 @@ class Sampler(FrozenSampler):
         with torch.no_grad():
             return generator_forward(self._tensors, z.to(device="cpu", dtype=torch.float32), input_dim=gen.input_dim,
                                      n_hidden=len(gen.hidden), activation=gen.activation,
-                                     lam=float(torch.tensor(gen.lam, dtype=torch.float32)), flow=self._flow)
+                                     lam=float(torch.tensor(gen.lam, dtype=torch.float32)), flow=self._flow,
+                                     top_flow=self._top)
 
     def density(self, z: Tensor) -> Density:
         """log q(f(z)) [n] in float64 for noise z [n, noise_dim] and the orientation of f there
@@ -141,7 +154,7 @@ class Sampler(FrozenSampler):
         gen = self._parsed.generator
         return generator_density(self._tensors, z, input_dim=gen.input_dim, n_hidden=len(gen.hidden),
                                  activation=gen.activation, lam=float(torch.tensor(gen.lam, dtype=torch.float32)),
-                                 output_dim=gen.output_dim, flow=self._flow64)
+                                 output_dim=gen.output_dim, flow=self._flow64, top_flow=self._top64)
 
     def log_q(self, z: Tensor) -> Tensor:
         """log q(f(z)) [n], float64 (see `density`)."""

@@ -46,12 +46,26 @@ class GeneratorOptions(StrictModel):
     lam: float | None = Field(default=None, ge=0, le=100, alias="lambda", description="λ in f = g(z[:k]) + λz")
     lambda_trainable: bool = Field(default=False, description="train log λ with its own Adam")
     lambda_lr: float = Field(default=1e-3, gt=0, le=10, description="Adam lr of log λ")
+    structure: Literal["residual", "coupling"] | None = Field(
+        default=None,
+        description="'residual': f(z) = g(z[:k]) + λz (eq. 6), which can fold (det of its top k×k Jacobian block "
+        "changing sign across draws); 'coupling': injective by construction, the top k outputs an affine coupling "
+        "flow of z[:k] with an elementwise affine output, the other d − k outputs W φ(z[:k]) + b + λ z[k:] (exact "
+        "log q everywhere; needs λ > 0 and k < d; GPVI then solves its k×k Jacobian block exactly). Default: "
+        "'residual' (for GPVI on BNN hypernetworks methods.generative.gpvi.DEFAULT_BNN_STRUCTURE, also 'residual': "
+        "on the GPVI paper's Figure 1 BNN 'coupling' was wider on the data after 2,000-5,000 steps; "
+        "samplers.generator)")
+    coupling_layers: int = Field(default=4, ge=1, le=16, description="structure 'coupling': affine couplings in T")
+    coupling_hidden: int = Field(default=64, ge=1, le=4096,
+                                 description="structure 'coupling': width of each coupling net's two tanh layers")
 
     @model_validator(mode="after")
     def _check(self) -> GeneratorOptions:
         _widths_ok(self.hidden, "generator hidden")
         if self.lambda_trainable and self.lam is not None and self.lam == 0:
             raise ValueError("a trainable lambda needs lambda > 0")
+        if self.structure == "coupling" and self.lam is not None and self.lam == 0:
+            raise ValueError("structure 'coupling' needs lambda > 0")
         return self
 
 

@@ -11,6 +11,7 @@ training batch (what `particles()` returns).
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -65,6 +66,9 @@ def match_initial_scale(network: GeneratorNetwork, target: Target, seed: int) ->
     rescale each row c of the output layer and set its bias so that, at initialisation, output coordinate c
     has the mean μ_c and standard deviation s_c of `INIT_MATCH_DRAWS` draws of that initialisation:
     Var[W_c·φ] = max(s_c² − λ², 0) (λz contributes λ² per coordinate) and b_c = μ_c − E[W_c·φ].
+    A "coupling" generator (samplers.generator) gets the same for its d − k MLP rows (c ≥ k), and its top block
+    t(u) = shift + exp(log_scale) ⊙ T(u), T the identity at initialisation, shift = μ[:k] and exp(log_scale) =
+    s[:k] (floored at 1e-6): t(u) then has exactly that mean and sd.
     Returns whether it applied. Measured in float64 on the CPU with seeded draws."""
     own = getattr(target, "initial_particles", None)
     if own is None:
@@ -80,6 +84,11 @@ def match_initial_scale(network: GeneratorNetwork, target: Target, seed: int) ->
         hidden = [(w.to(torch.float64), b.to(torch.float64)) for w, b in network.hidden_params(detach=True)]
         features = mlp_features(hidden, z[:, : network.input_dim], network.activation)
         weight = network.output.weight.detach().to(torch.float64)
+        if network.top is not None:
+            k = network.input_dim
+            network.top.shift.copy_(mean[:k])
+            network.top.log_scale.copy_(std[:k].clamp_min(1e-6).log())
+            mean, std = mean[k:], std[k:]
         out = features @ weight.T
         spread = out.std(0)
         wanted = (std.square() - lam**2).clamp_min(0).sqrt()
@@ -162,14 +171,25 @@ class GenerativeMethod(Method):
         if gen.lambda_trainable and lam <= 0:
             raise errors.MethodOptionsInvalid("a trainable lambda needs lambda > 0",
                                               loc=("options", "generator", "lambda_trainable"))
+        structure = gen.structure if gen.structure is not None else self.default_structure(k, d, own_init, whitened,
+                                                                                             lam)
+        if structure == "coupling" and not (lam > 0 and k < d):
+            raise errors.MethodOptionsInvalid(
+                f"generator structure 'coupling' needs lambda > 0 and a noise prefix k < d (got lambda={lam}, k={k}, "
+                f"d={d})", loc=("options", "generator", "structure"))
         init = torch.Generator().manual_seed(derive_seed(seed, STREAM_GENERATOR_INIT))
         self.network = GeneratorNetwork(input_dim=k, hidden=gen.hidden, output_dim=d, activation=gen.activation,
-                                        lam=float(lam), lam_trainable=gen.lambda_trainable, generator=init)
+                                        lam=float(lam), lam_trainable=gen.lambda_trainable, generator=init,
+                                        structure=structure, coupling_layers=gen.coupling_layers,
+                                        coupling_hidden=gen.coupling_hidden)
         self.init_matched = match_initial_scale(self.network, target, seed) if not whitened else False
         if whitened and lam > 0:  # start from the Pathfinder Gaussian itself (f(z) = λz; N(0, I) at GPVI's λ = 1)
             with torch.no_grad():
                 self.network.output.weight.zero_()
                 self.network.output.bias.zero_()
+                if self.network.top is not None:  # t(u) = λu: T starts as the identity
+                    self.network.top.shift.zero_()
+                    self.network.top.log_scale.fill_(math.log(lam))
         self.network.to(device=device, dtype=self.dtype)
         self.optimizer = make_optimizer(self.network.generator_parameters(), options.optimizer)
         self.lambda_optimizer = (make_optimizer([self.network.log_lambda], OptimizerOptions(name="adam", lr=gen.lambda_lr))
@@ -186,6 +206,10 @@ class GenerativeMethod(Method):
     def default_lambda(self, k: int, d: int, own_init: bool, whitened: bool) -> float:
         """λ when the options leave it out (amortised methods: 0, i.e. f = g on k-dimensional noise)."""
         return 0.0
+
+    def default_structure(self, k: int, d: int, own_init: bool, whitened: bool, lam: float) -> str:
+        """The generator structure when the options leave it out (samplers.generator.STRUCTURES)."""
+        return "residual"
 
     def check_lambda(self, lam: float, k: int, d: int) -> None:
         return None

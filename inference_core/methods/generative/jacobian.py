@@ -6,6 +6,13 @@ Products are formed without the d×k Jacobian of g: Aᵀy = J_φᵀ(W_topᵀ y) 
 VJPs through the hidden stack φ only (torch.func.vjp at the n' points, vmapped over any leading batch of
 cotangents: one forward per z', the pairs grouped by z'). J_φ itself (for the exact solve and the
 kernel-matmul coupling) is propagated forward through the layers (the cost of k JVPs per z').
+
+A "coupling" generator (samplers.generator: f(z) = [t(z[:k]); W φ(z[:k]) + b + λ z[k:]]) has
+J_f(z') = [[J_t, 0], [B, λI]] with B = W J_φ as above (W its whole output layer, `w_rest`; `w_top` is None) and
+J_t(z'_j) = ∂t/∂u at u = z'_j[:k], formed here per expectation point by torch.func (vmap of jacfwd over the
+coupling flow, detached weights: k tangents through its small nets, [n', k, k]). Its top system is
+S_j = J_t(z'_j)ᵀ (in place of (A_j + λI)ᵀ), always invertible (det J_t > 0), and GPVI solves it exactly:
+P_j = J_t(z'_j)^{-T}, y₁ = P_j (v₁ − Bᵀ v₂/λ), y₂ = v₂/λ (gpvi_math, "Block form").
 """
 
 from __future__ import annotations
@@ -14,8 +21,9 @@ from collections.abc import Callable
 
 import torch
 from torch import Tensor
-from torch.func import vjp, vmap
+from torch.func import functional_call, jacfwd, vjp, vmap
 
+from inference_core.methods.generative import gpvi_math
 from inference_core.networks import ACTIVATIONS, activation_slope
 from inference_core.samplers.generator import GeneratorNetwork, mlp_features
 
@@ -25,7 +33,11 @@ class GeneratorJacobian:
         self.k = network.input_dim
         self.noise_dim = network.noise_dim
         weight = network.output.weight.detach()
-        self.w_top, self.w_rest = weight[: self.k], weight[self.k:]
+        self.top = network.top  # the "coupling" structure's top block t, else None
+        if self.top is not None:
+            self.w_top, self.w_rest = None, weight
+        else:
+            self.w_top, self.w_rest = weight[: self.k], weight[self.k:]
         self.hidden = network.hidden_params(detach=True)
         self.activation = network.activation
         self.z_prefix = (z_expect if self.k == self.noise_dim else z_expect[:, : self.k]).detach()
@@ -91,7 +103,9 @@ class GeneratorJacobian:
         return h, Jt.transpose(-1, -2)
 
     def top_block(self, features_jacobian: Tensor | None) -> Tensor:
-        """A_j = W_top J_φ(z'_j), [n', k, k]."""
+        """A_j = W_top J_φ(z'_j), [n', k, k] (a "coupling" generator: J_t(z'_j), the top block itself)."""
+        if self.top is not None:
+            return self.coupling_top_jacobians()
         n = self.z_prefix.shape[0]
         if features_jacobian is None:
             return self.w_top.expand(n, -1, -1)
@@ -113,3 +127,27 @@ class GeneratorJacobian:
         if features_jacobian is None:
             return self.w_rest.T.expand(n_expect, -1, -1), z[:, k:], z_expect[:, k:]
         return features_jacobian.transpose(-1, -2) @ self.w_rest.T, z[:, k:], z_expect[:, k:]  # Bᵀ, folded
+
+    def coupling_top_jacobians(self) -> Tensor:
+        """J_t(z'_j) = ∂t/∂u at u = z'_j[:k], [n', k, k] (output i, input j), by forward mode on detached weights."""
+        top = self.top
+        params = {name: p.detach() for name, p in top.named_parameters()}
+        buffers = dict(top.named_buffers())
+
+        def t(u: Tensor) -> Tensor:
+            return functional_call(top, (params, buffers), (u.unsqueeze(0),))[0].squeeze(0)
+
+        with torch.no_grad():
+            return vmap(jacfwd(t))(self.z_prefix)
+
+    def top_system(self, features_jacobian: Tensor | None, lam: float) -> Tensor:
+        """S_j = J_f's top-left block transposed, [n', k, k]: (A_j + λI)ᵀ, or J_t(z'_j)ᵀ for a "coupling" generator."""
+        if self.top is not None:
+            return self.coupling_top_jacobians().transpose(-1, -2)
+        return gpvi_math.top_system(self.top_block(features_jacobian), lam)
+
+    def top_inverse_transpose(self, features_jacobian: Tensor | None, lam: float) -> Tensor:
+        """P_j = S_j^{-1} = (top-left block of J_f(z'_j))^{-T}, [n', k, k], by torch.linalg.solve."""
+        system = self.top_system(features_jacobian, lam)
+        eye = torch.eye(system.shape[-1], dtype=system.dtype, device=system.device)
+        return torch.linalg.solve(system, eye.expand_as(system))
