@@ -89,11 +89,19 @@ class StochasticProcessGenerator(nn.Module):
             self._freeze_decoder_std()
         #: parameters distillation trains; the held ones (σ_ν, the slopes unless asked) keep requires_grad False
         self.trainable = [p for p in self.parameters() if p.requires_grad]
+        #: the shared part of p̃_SPG and q_SPG (bases, their slopes when learnt, decoder): what `adapt_generator`
+        #: lets the posterior phase train; the encoder and σ_ν serve the prior fit only
+        encoder = {id(p) for p in self.encoder.parameters()} | {id(self.log_white_noise)}
+        self.generator_parameters = [p for p in self.trainable if id(p) not in encoder]
 
     def set_trainable(self, flag: bool) -> None:
         """Switch gradients of the distilled parameters only: `requires_grad_(True)` on the module would also
         switch on the held ones (it silently trained the basis slopes with learn_basis_slope False)."""
         for p in self.trainable:
+            p.requires_grad_(flag)
+
+    def set_generator_trainable(self, flag: bool) -> None:
+        for p in self.generator_parameters:
             p.requires_grad_(flag)
 
     def _freeze_decoder_std(self) -> None:
