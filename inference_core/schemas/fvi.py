@@ -13,9 +13,8 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from inference_core.schemas.common import StrictModel
 from inference_core.schemas.generative import Activation, _widths_ok
-from inference_core.schemas.methods import OptimizerOptions
+from inference_core.schemas.methods import NoiseHoldoutOptions, OptimizerOptions
 
 
 def _distill_optimizer() -> OptimizerOptions:
@@ -28,7 +27,7 @@ def _posterior_optimizer() -> OptimizerOptions:
     return OptimizerOptions(name="adam", lr=3e-2)
 
 
-class FVIOptions(StrictModel):
+class FVIOptions(NoiseHoldoutOptions):
     dtype: Literal["float32", "float64"] = "float32"
     # ---- the stochastic process generator f = Σ_s a_s φ_s(x; w_s) + ν (eq. 10) ----
     n_basis: int = Field(default=20, ge=1, le=1024, description="S, the number of basis networks φ_s")
@@ -118,12 +117,6 @@ class FVIOptions(StrictModel):
         description="keep the SPG's white noise ν in q's draws for the likelihood of eq. 20 and in the predictive "
         "(√(σ_π² + σ_ν²)); [inferred] default False leaves ν out of both (it stays in J_K's draws): with it σ_π "
         "learns the residual plus σ_ν², and the predictive counts σ_ν² twice (boston split 0: test NLL 3.11 → 2.88)")
-    noise_holdout: float = Field(
-        default=0.1, ge=0, lt=0.5,
-        description="[inferred] share of the training rows held out of the likelihood to calibrate a learnt noise "
-        "std σ_π on: σ_π then maximises the held-out rows' predictive log-likelihood (8 draws of q a step) instead "
-        "of the likelihood term, which an adapted generator overfits (0: the paper's eq. 20 alone; a fixed noise "
-        "holds out nothing)")
     noise_std_init: float = Field(
         default=0.5, gt=0, le=100,
         description="initial σ_π (model units) when the target's noise is not fixed; then learnt by eq. 20")

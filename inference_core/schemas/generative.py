@@ -14,7 +14,7 @@ from pydantic import ConfigDict, Field, model_validator
 from inference_core.schemas.auto import FlowOptions
 from inference_core.schemas.common import StrictModel
 from inference_core.schemas.function_space import FunctionSpaceDirectionOptions
-from inference_core.schemas.methods import OptimizerOptions
+from inference_core.schemas.methods import NoiseHoldoutOptions, OptimizerOptions
 
 Activation = Literal["relu", "tanh", "sigmoid", "softplus", "elu", "leaky_relu", "silu", "gelu"]
 MAX_WIDTH = 16_384
@@ -211,11 +211,11 @@ class AmortizedKSDOptions(GenerativeOptions):
     critic: CriticOptions = Field(default_factory=CriticOptions)
 
 
-class AmortizedFSVGDOptions(GenerativeOptions, FunctionSpaceDirectionOptions):
+class AmortizedFSVGDOptions(GenerativeOptions, FunctionSpaceDirectionOptions, NoiseHoldoutOptions):
     """Amortised f-SVGD: the generator's options (`GenerativeOptions`: `generator`, `optimizer`, `entropy_weight`,
     `dtype`) and f-SVGD's function-space options (`FunctionSpaceDirectionOptions`: `extra_points`, `ptb_scale`,
-    `prior_draws`, `prior_points`, `eigen_floor`, `kernel`, `bandwidth_floor`, `noise_init`, ...), composed by
-    inheritance. The generator trains on the BNN's own weight coordinates, so `precondition` may only be 'none'
+    `prior_draws`, `prior_points`, `eigen_floor`, `kernel`, `bandwidth_floor`, `noise_init`, ...) and
+    `noise_holdout` (each draw's learnt σ follows the held-out rows' likelihood), composed by inheritance. The generator trains on the BNN's own weight coordinates, so `precondition` may only be 'none'
     or 'auto' (which is 'none' for network weights); `flow` is unused."""
 
     @model_validator(mode="after")

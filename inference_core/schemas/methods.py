@@ -10,6 +10,17 @@ from inference_core.schemas.common import JsonTuple, StrictModel
 from inference_core.schemas.kernels import BandwidthOptions, KernelOptions
 
 
+class NoiseHoldoutOptions(StrictModel):
+    """`noise_holdout` of the generators of functions (`fvi`, `amortized_fsvgd`; methods.holdout)."""
+
+    noise_holdout: float = Field(
+        default=0.1, ge=0, lt=0.5,
+        description="[inferred] share of the training rows held out of the likelihood to calibrate a learnt noise "
+        "std on (methods.holdout): the noise then fits those rows' predictive error instead of the rows the "
+        "generator fits, which it overfits (0: none held out, the papers' objective alone; a fixed noise holds out "
+        "nothing)")
+
+
 class OptimizerOptions(StrictModel):
     """`adagrad_momentum` is the rule of the original SVGD code (Liu & Wang 2016, python/svgd.py)."""
 

@@ -128,6 +128,7 @@ from inference_core import errors
 from inference_core.methods.base import Method
 from inference_core.methods.fvi import objective
 from inference_core.methods.fvi.networks import StochasticProcessGenerator
+from inference_core.methods.holdout import fit_batch, holdout_split
 from inference_core.methods.optim import build_optimizer
 from inference_core.prediction.model import predictive_model
 from inference_core.samplers.spg import SPGSampler
@@ -205,20 +206,14 @@ class FVI(Method):
         return torch.randperm(self.n_data, generator=self.rng)[:count].to(self.device)
 
     def _split_rows(self, seed: int) -> tuple[Tensor | None, Tensor | None]:
-        """(rows the likelihood sees, rows σ_π is calibrated on) with `noise_holdout` and a learnt noise, from
-        their own seed stream; (None, None) otherwise."""
-        share = self.options.noise_holdout
-        held = round(share * self.n_data)
-        if not self.noise_trainable or held < 1 or held >= self.n_data:
+        """(rows the likelihood sees, rows σ_π is calibrated on) with `noise_holdout` and a learnt noise
+        (methods.holdout); (None, None) otherwise."""
+        if not self.noise_trainable:
             return None, None
-        order = torch.randperm(self.n_data, generator=torch.Generator().manual_seed(derive_seed(seed, 3)))
-        return order[held:].to(self.device), order[:held].to(self.device)
+        return holdout_split(self.n_data, self.options.noise_holdout, seed, self.device)
 
     def _likelihood_rows(self, count: int) -> Tensor:
-        if self.fit_rows is None:
-            return self._rows(count)
-        pick = torch.randperm(self.fit_rows.shape[0], generator=self.rng)[:count]
-        return self.fit_rows.index_select(0, pick.to(self.device))
+        return self._rows(count) if self.fit_rows is None else fit_batch(self.fit_rows, count, self.rng)
 
     def _holdout_log_likelihood(self) -> Tensor:
         """(N/|H|) Σ_{j∈H} log (1/M) Σ_i N(y_j; g_i(x_j), σ_π²), M = HOLDOUT_DRAWS draws g_i of q (no graph to

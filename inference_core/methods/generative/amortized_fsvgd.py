@@ -38,9 +38,15 @@ from torch import Tensor
 from inference_core.methods.directions import svgd_direction
 from inference_core.methods.function_space.fpovi import FunctionSpaceDirection
 from inference_core.methods.generative.base import STREAM_FIRST_BATCH, GenerativeMethod
+from inference_core.methods.holdout import fit_batch, holdout_split
+from inference_core.methods.optim import make_optimizer
 from inference_core.schemas.generative import AmortizedFSVGDOptions
+from inference_core.schemas.methods import OptimizerOptions
 from inference_core.seeding import derive_seed
 from inference_core.targets.base import Target
+
+#: Adam lr of the shared, held-out-calibrated log σ
+SHARED_NOISE_LR = 1e-2
 
 
 class AmortizedFSVGD(FunctionSpaceDirection, GenerativeMethod):
@@ -64,6 +70,16 @@ class AmortizedFSVGD(FunctionSpaceDirection, GenerativeMethod):
             name = "log_noise_std" if "log_noise_std" in names else "log_noise_precision"
             self.noise_slot = (self.n_weights + names.index(name), name)
             self._start_noise_at(options.noise_init, seed)
+        #: rows the weights' likelihood sees and rows σ is calibrated on (methods.holdout), or None
+        self.fit_rows, self.holdout_rows = (None, None) if self.noise_slot is None else holdout_split(
+            int(target.n_data), options.noise_holdout, seed, device)
+        #: with held-out rows, one σ shared by every draw (the slot's output row stays zero, its bias is σ's slot
+        #: value), fitted to the held-out rows' predictive log-likelihood: a per-draw σ fitted there would also
+        #: absorb its draw's spread around the others, which the predictive mixture counts once more
+        self.shared_log_std = None if self.holdout_rows is None else torch.tensor(
+            math.log(options.noise_init), dtype=self.dtype, device=device, requires_grad=True)
+        self.noise_optimizer = None if self.shared_log_std is None else make_optimizer(
+            [self.shared_log_std], OptimizerOptions(name="adam", lr=SHARED_NOISE_LR))
 
     @property
     def generator(self) -> torch.Generator:  # type: ignore[override]
@@ -122,7 +138,10 @@ class AmortizedFSVGD(FunctionSpaceDirection, GenerativeMethod):
         phi = torch.zeros_like(x.detach())
         phi[:, : self.n_weights] = self.function_vjp(outputs, weights, v)
         info = {"bandwidth": h, "function_force_norm": float(v.reshape(v.shape[0], -1).square().sum(-1).mean().sqrt())}
-        if self.noise_slot is not None:
+        if self.shared_log_std is not None:
+            info["holdout_log_likelihood"] = self._shared_noise_step(weights)
+            info["noise_std"] = float(self.shared_log_std.detach().exp())
+        elif self.noise_slot is not None:
             column = self.noise_slot[0]
             phi[:, column] = self.noise_direction(x.detach()[:, column], values[:, :n_train], y, scale)
             info["noise_std"] = float(log_std.exp().mean())  # type: ignore[union-attr]
@@ -130,18 +149,56 @@ class AmortizedFSVGD(FunctionSpaceDirection, GenerativeMethod):
             info["noise_std"] = self.fixed_noise_std
         return phi, info
 
+    def _shared_noise_step(self, weights: Tensor) -> float:
+        """One Adam step of the shared log σ on −[(N/|H|) Σ_{j∈H} log (1/n) Σ_i N(y_j; f_i(x_j), σ²) + log p(σ)],
+        the draws' functions f_i at the held-out rows H (no graph to the generator); `train_step` writes the new σ
+        into the slot once the generator's step no longer needs its graph. Returns the held-out log-likelihood per
+        row."""
+        X, y = self.target.rows(self.holdout_rows)  # type: ignore[attr-defined]
+        with torch.no_grad():
+            f = self.function_values(weights.detach(), X)
+        with torch.enable_grad():
+            log_std = self.shared_log_std
+            log_density = -0.5 * (y - f).square() * torch.exp(-2 * log_std) - log_std - 0.5 * math.log(2 * math.pi)
+            per_row = torch.logsumexp(log_density, 0) - math.log(f.shape[0])
+            scale = self.target.likelihood_scale(self.holdout_rows)  # type: ignore[attr-defined]
+            loss = -(scale * per_row.sum() + self.noise_log_prior(log_std.exp()))
+            (grad,) = torch.autograd.grad(loss, log_std)
+        self.noise_optimizer.zero_grad(set_to_none=False)  # type: ignore[union-attr]
+        log_std.grad = grad
+        self.noise_optimizer.step()  # type: ignore[union-attr]
+        return float(per_row.detach().mean())
+
+    def _write_shared_noise(self) -> None:
+        column, name = self.noise_slot  # type: ignore[misc]
+        value = self.shared_log_std.detach() if name == "log_noise_std" else -2 * self.shared_log_std.detach()
+        with torch.no_grad():
+            self.network.output.weight[column].zero_()
+            self.network.output.bias[column] = value
+
     def train_step(self) -> dict[str, float]:
         z = self.noise(self.num_particles)
-        batch = self.target.sample_batch(self.rng)
+        batch = self.target.sample_batch(self.rng) if self.fit_rows is None else fit_batch(
+            self.fit_rows, self.target.batch_size, self.rng)  # type: ignore[attr-defined]
         x = self.network(z)
         phi, info = self.weight_direction(x, batch)
         self.pullback(x, phi)
+        if self.shared_log_std is not None:
+            self._write_shared_noise()
         return {**info, "direction_norm": float(phi.square().sum(-1).mean().sqrt())}
 
     # ---- checkpoints ---------------------------------------------------------------------------------------
 
     def extra_state(self) -> dict[str, Any]:
-        return {"bandwidth_rule": self.bandwidth_rule.state_dict()}
+        state: dict[str, Any] = {"bandwidth_rule": self.bandwidth_rule.state_dict()}
+        if self.shared_log_std is not None:
+            state.update(shared_log_std=self.shared_log_std.detach().clone(),
+                         noise_optimizer=self.noise_optimizer.state_dict())  # type: ignore[union-attr]
+        return state
 
     def load_extra_state(self, state: dict[str, Any]) -> None:
         self.bandwidth_rule.load_state_dict(state.get("bandwidth_rule", {}))
+        if self.shared_log_std is not None:
+            with torch.no_grad():
+                self.shared_log_std.copy_(state["shared_log_std"])
+            self.noise_optimizer.load_state_dict(state["noise_optimizer"])  # type: ignore[union-attr]

@@ -75,7 +75,7 @@ def test_the_direction_is_the_vjp_of_fsvgds_direction_and_the_noise_map_gradient
     (the same RNG state draws the same mixed batch and prior functions); φ_s the analytic ∂/∂s of fsvgd's MAP
     objective scale·Σ_b log N(y_b; f_b, e^{2s}) + log InvGamma(e^s; α, β) (no Jacobian term)."""
     method, target = build("amortized_fsvgd", regression_target_spec(hidden=[3]),
-                           {"generator": {"hidden": [5], "noise_dim": 3}, "extra_points": 6}, n=4)
+                           {"generator": {"hidden": [5], "noise_dim": 3}, "extra_points": 6, "noise_holdout": 0}, n=4)
     z = method.noise(4)
     batch = target.sample_batch(method.rng)
     x = method.network(z)
@@ -111,8 +111,8 @@ def test_the_generator_fits_a_1d_regression_as_well_as_fsvgds_particles() -> Non
     """Train RMSE of the predictive mean (original units, through the stored sampler's predictor) against the
     data's std and against fsvgd's own particles on the same target and schedule."""
     steps, n = 1500, 16
-    method, target = build("amortized_fsvgd", one_d(), {**SMALL, "generator": {"hidden": [32], "noise_dim": 8}},
-                           n=n, dtype=torch.float32)
+    method, target = build("amortized_fsvgd", one_d(), {**SMALL, "generator": {"hidden": [32], "noise_dim": 8},
+                                                         "noise_holdout": 0}, n=n, dtype=torch.float32)
     for _ in range(steps):
         info = method.step()
     amortised = rmse_of_mean(predictor_from_sampler(method.sampler()).predict(X1, n=500, seed=1)["mean"])
@@ -152,3 +152,36 @@ def test_the_sampler_round_trips_and_predicts_from_its_draws(tmp_path) -> None:
     np.testing.assert_allclose(out["std"], np.sqrt(f.var(0, unbiased=False).numpy() + float(sigma.square().mean())),
                                rtol=1e-4)
     assert math.isfinite(float(out["std_epistemic"].mean()))
+
+
+def test_held_out_rows_calibrate_one_shared_noise_the_weights_never_fit(monkeypatch) -> None:
+    """`noise_holdout` (default 0.1): the weights' minibatches never contain a held-out row; one σ, shared by the
+    draws (their noise coordinate is the slot's bias; λz adds at most λ·|z|), maximises the held-out rows'
+    predictive log-likelihood, and on data with a known noise sd it lands near it (original units)."""
+    from inference_core.methods.generative import amortized_fsvgd
+
+    rng = np.random.default_rng(2)
+    x = np.sort(rng.uniform(-3, 3, 200))[:, None]
+    y = np.sin(x[:, 0]) + 0.3 * rng.standard_normal(200)
+    target = regression_target_spec(dataset={"X": x.tolist(), "y": y.tolist()}, batch_size=32)
+    method, built = build("amortized_fsvgd", target, {**SMALL, "generator": {"hidden": [32], "noise_dim": 8}}, n=16,
+                          dtype=torch.float32)
+    held = set(method.holdout_rows.tolist())
+    assert len(held) == 20 and held.isdisjoint(method.fit_rows.tolist())
+    seen: set[int] = set()
+
+    def recorded(*args):
+        rows = amortized_fsvgd.holdout_fit_batch(*args)
+        seen.update(rows.tolist())
+        return rows
+
+    monkeypatch.setattr(amortized_fsvgd, "holdout_fit_batch", amortized_fsvgd.fit_batch, raising=False)
+    monkeypatch.setattr(amortized_fsvgd, "fit_batch", recorded)
+    for _ in range(1500):
+        info = method.step()
+    assert held.isdisjoint(seen) and len(seen) == 180
+    column = method.noise_slot[0]
+    slots = method.sampler().sample(200, 3)[:, column]
+    assert float(slots.max() - slots.min()) < 0.2  # shared: only λz varies it
+    sigma = info["noise_std"] * built.standardization.y_std
+    assert 0.2 <= sigma <= 0.45, sigma
