@@ -96,9 +96,10 @@ METHODS: dict[str, MethodSetting] = {
     "fvi": MethodSetting(
         "fvi", "FVI", 100, {}, fixed_steps=4500, distill_share=1500 / 4500, x_scaling="std",
         note="the method's defaults: 1500 distillation + 3000 posterior steps (likelihood batch 64, K = 32), "
-             "100 predictive draws; no published schedule (Appendix B is not in our copy). X divided by its std "
-             "alone: its bases' initialisation assumes unit-variance inputs (split 0 with std·√D: RMSE ≈ the std "
-             "of y on every set)"),
+             "100 predictive draws, the bases and decoder adapting in the posterior phase (`adapt_generator`) and "
+             "σ_π calibrated on 10 % of the training rows held out (`noise_holdout`), both ours (2026-11-28); no "
+             "published schedule (Appendix B is not in our copy). X divided by its std alone: its bases' "
+             "initialisation assumes unit-variance inputs (split 0 with std·√D: RMSE ≈ the std of y on every set)"),
     "svgd": MethodSetting(
         "svgd", "SVGD", 20, {"optimizer": ADAM_FPOVI, "kernel": FPOVI_KERNEL},
         note="20 particles, weight space, Adam 4e-3, RBF with h = med / log(n + 1) (the f-POVI code's weight-space "
@@ -110,8 +111,9 @@ METHODS: dict[str, MethodSetting] = {
              "on one thread), so it runs at most splits 0-4"),
     "amortized_fsvgd": MethodSetting(
         "amortized_fsvgd", "amortized f-SVGD", 20, {}, max_splits=5,
-        note="a hypernetwork 64 → [64, 64] → d (λ 0.01) trained with f-SVGD's direction and options (the f-SVGD "
-             "row's), 20 draws per step, Adam 1e-3 (defaults); prediction from 100 fresh draws"),
+        note="a hypernetwork 64 → [64, 64] → d (λ 0, the amortised methods' default) trained with f-SVGD's "
+             "direction and options (the f-SVGD row's), 20 draws per step, Adam 1e-3, one σ calibrated on 10 % of "
+             "the training rows held out (`noise_holdout`; the defaults); prediction from 100 fresh draws"),
     "mfvi": MethodSetting(
         "mfvi", "MF-VI (BBB)", 100, {},
         note="Bayes by Backprop, the method's defaults (Adam 1e-2, σ starts at 0.05, one draw per step); "
