@@ -4,8 +4,6 @@ paper's Figure 1 BNN whose certificate says `density: "exact"`, the zip round tr
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 import torch
@@ -15,10 +13,11 @@ from inference_core import errors, run
 from inference_core.methods.generative import gpvi_math
 from inference_core.methods.generative.gpvi import DEFAULT_BNN_STRUCTURE
 from inference_core.methods.generative.jacobian import GeneratorJacobian
-from inference_core.samplers import GeneratorNetwork, Sampler, generator_forward, load
+from inference_core.samplers import GeneratorNetwork, Sampler, load
 from inference_core.samplers.certificate import sampler_quality
 from inference_core.serialization import state_from_bytes, state_to_bytes
 from inference_core.targets import BuildContext, build_target
+from tests.support.log_det import brute_force_log_q
 from tests.support.resume import StopAt
 
 
@@ -32,24 +31,6 @@ def coupling_network(k: int, d: int, lam: float, hidden: list[int], activation: 
         for p in network.parameters():
             p.add_(0.5 * torch.randn(p.shape, generator=g))
     return network
-
-
-def brute_force_log_q(sampler: Sampler, z: torch.Tensor) -> torch.Tensor:
-    """log N(z) − log|det ∂f/∂z|, ∂f/∂z [d, d] by torch.autograd.functional.jacobian of the float64 forward."""
-    gen = sampler.config["generator"]
-    tensors = {name: t.double() for name, t in sampler.tensors().items()}
-    lam = float(torch.tensor(gen["lambda"], dtype=torch.float32))
-    out = []
-    for row in z.double():
-        def f(v: torch.Tensor) -> torch.Tensor:
-            return generator_forward(tensors, v[None], input_dim=gen["input_dim"], n_hidden=len(gen["hidden"]),
-                                     activation=gen["activation"], lam=lam)[0]
-        jac = torch.autograd.functional.jacobian(f, row)
-        sign, logabs = torch.linalg.slogdet(jac)
-        assert float(sign) == 1.0  # one orientation everywhere: f cannot fold
-        log_normal = -0.5 * float(row.square().sum()) - 0.5 * row.numel() * math.log(2 * math.pi)
-        out.append(log_normal - float(logabs))
-    return torch.tensor(out, dtype=torch.float64)
 
 
 @pytest.mark.parametrize(("k", "d", "lam", "hidden", "activation", "affine"), [
@@ -68,7 +49,7 @@ def test_coupling_log_q_matches_autograd_log_det(k, d, lam, hidden, activation, 
     z = sampler.sample_noise(16, 11)
     density = sampler.density(z)
     assert bool((density.orientation == 1).all()) and not density.folded
-    torch.testing.assert_close(log_q, brute_force_log_q(sampler, z), rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(log_q, brute_force_log_q(sampler, z, one_orientation=True), rtol=1e-9, atol=1e-9)
     if not affine:  # the training network and the sampler's functional forward agree
         with torch.no_grad():
             torch.testing.assert_close(network(z), draws, rtol=1e-5, atol=1e-5)

@@ -3,29 +3,12 @@ Jacobian of the float64 forward by autograd, log|det| by slogdet (no block struc
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
 
-from inference_core.samplers import GeneratorNetwork, Sampler, generator_forward, load
+from inference_core.samplers import GeneratorNetwork, Sampler, load
 from inference_core.samplers.density import DensityUnavailable
-
-
-def brute_force_log_q(sampler: Sampler, z: torch.Tensor) -> torch.Tensor:
-    """log N(z) − log|det ∂f/∂z| with ∂f/∂z [d, d] from torch.autograd.functional.jacobian, float64."""
-    gen = sampler.config["generator"]
-    tensors = {name: t.double() for name, t in sampler.tensors().items()}
-    lam = float(torch.tensor(gen["lambda"], dtype=torch.float32))
-    out = []
-    for row in z.double():
-        def f(v: torch.Tensor) -> torch.Tensor:
-            return generator_forward(tensors, v[None], input_dim=gen["input_dim"], n_hidden=len(gen["hidden"]),
-                                     activation=gen["activation"], lam=lam)[0]
-        jac = torch.autograd.functional.jacobian(f, row)
-        log_normal = -0.5 * float(row.square().sum()) - 0.5 * row.numel() * math.log(2 * math.pi)
-        out.append(log_normal - float(torch.linalg.slogdet(jac)[1]))
-    return torch.tensor(out, dtype=torch.float64)
+from tests.support.log_det import brute_force_log_q
 
 
 def make_sampler(k: int, d: int, lam: float, hidden: list[int], activation: str = "tanh",
