@@ -149,7 +149,7 @@ def quality_report(method: Any, final_metrics: dict[str, float]) -> dict[str, An
                     warnings.append({"code": "collapsed", "message": (
                         f"the draws spread less than the target's score implies (Stein ratio rms {mean_ratio:.2f}"
                         f"{smallest}; 1 when the spread is right): standard deviations are likely underestimated")})
-                elif mean_ratio > MEAN_RATIO_HIGH:
+                if mean_ratio > MEAN_RATIO_HIGH:  # both can hold: too wide overall, collapsed in some direction
                     warnings.append({"code": "overdispersed", "message": (
                         f"the draws spread more than the target's score implies (Stein ratio rms "
                         f"{mean_ratio:.2f}): the run may not have converged")})

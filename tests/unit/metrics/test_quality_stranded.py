@@ -51,3 +51,25 @@ def test_svgd_defaults_on_the_mixture_are_flagged() -> None:
     assert quality["stranded_draws"] > 0 and not quality["trustworthy"]
     assert "stranded_draws" in [w["code"] for w in quality["warnings"]]
     assert {w["code"] for w in quality["warnings"]}.isdisjoint({"collapsed", "ksd_rejects"})
+
+
+def test_draws_too_wide_overall_and_collapsed_in_one_direction_raise_both() -> None:
+    """Issue 41: a run with a Stein ratio rms of 485 raised only `collapsed` (one direction collapsed), not
+    `overdispersed`: both are now said. Draws of N(0, I) in d = 4 drawn with sds 10, 10, 10 and 0.1: the ratio's
+    rms is √((3·100 + 0.01)/4) ≈ 8.7, the smallest direction 0.1 (exact for Gaussians, module docstring)."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from inference_core.metrics.quality import quality_report
+    from inference_core.targets import build_target
+
+    target = build_target({"kind": "gaussian", "mean": [0.0] * 4, "cov": torch.eye(4).tolist()})
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(400, 4, generator=g) * torch.tensor([10.0, 10.0, 10.0, 0.1])
+    method = SimpleNamespace(name="svgd", target=target, particles_in_target_space=True, target_space_checks=True,
+                             diagnostic_coordinates=lambda: (x, target, "target"))
+    report = quality_report(method, {})
+    codes = [w["code"] for w in report["warnings"]]
+    assert "collapsed" in codes and "overdispersed" in codes, report["warnings"]
+    assert report["spread_ratio_rms"] > 8 and report["spread_ratio_min"] < 0.2 and report["verdict"] == "unreliable"
