@@ -103,8 +103,9 @@ def digits_split(seed: int = 0) -> dict[str, np.ndarray]:
 
 def method_options(key: str, experiment: str, lr: float) -> tuple[str, dict[str, Any]]:
     """(registered method, options). Generators: Appendix E's [32, 32] for Fig. 1 with noise of width 32 (k = 32 <
-    d = 151; GPVI learns λ: with λ fixed at 0.1 the λz term gives the weights past the first 32 an sd ≥ 0.1 and
-    GPVI's band no longer fits the data; k = d = 151 was too slow for this CPU budget),
+    d = 151; GPVI's λ is the BNN-hypernetwork default, fixed at 0.01: at ALF's 0.1 the λz term gives the weights
+    past the first 32 an sd ≥ 0.1 and GPVI's band no longer fits the data; k = d = 151 was too slow for this CPU
+    budget),
     Table 8's [64, 64] with 64-D noise for Fig. 2, [256, 512] with 64-D noise for the open category (the paper's
     [256, 512, 1024] with 256-D noise, scaled down for the CPU)."""
     adam = {"name": "adam", "lr": lr}
