@@ -2,8 +2,9 @@
 Hernández-Lobato & Adams 2015): reported in a job's final metrics when a `bnn` or `function_posterior` target
 was built from data with a test part (e.g. `uci:bostonHousing:split=0`, or an upload with X_test/y_test).
 
-The posterior predictive is `prediction.predictor_for_method`: the final particles, or CHECK_DRAWS draws
-of a generative method's sampler with seed CHECK_SEED (metrics.predictive_checks) (the sampler's own stream, so training is untouched).
+The posterior predictive is `prediction.predictor_for_method`, as for the predictive checks
+(`metrics.predictive_checks`): the final particles, or CHECK_DRAWS draws of a generative method's sampler with
+seed CHECK_SEED (the sampler's own stream, so training is untouched).
 * regression, in the original units of y: `test_rmse` of the predictive mean and `test_ll`, the mean over
   test points of log (1/n) Σ_i N(y_j; f_i(x_j), σ_i²) (`metrics.regression`);
 * classification: `test_accuracy` of the arg-max of the predictive probabilities p̄ = (1/n) Σ_i softmax(f_i)
