@@ -151,7 +151,26 @@ class HelperOptions(StrictModel):
     probes: int = Field(default=8, ge=1, le=1024, description="matrix helper: random probes per z'")
 
 
-class GPVIOptions(KernelGenerativeOptions):
+class GPVIExpectationOptions(KernelGenerativeOptions):
+    """`expectation` of the GPVI methods: the batch z' that eq. 9's expectation E_{z'} runs over."""
+
+    expectation: Literal["independent", "same"] | None = Field(
+        default=None,
+        description="'independent': a second batch z' (ALF's estimator; `expectation_particles` sets its size); "
+        "'same': the updated batch itself (z' = z), so each draw's own score enters its driving term with k(z, z) = 1 "
+        "(the one-batch Monte-Carlo estimate of eq. 9, as classic SVGD). Default: 'same' for BNN hypernetworks (targets "
+        "with their own initialisation), 'independent' elsewhere. Measured on UCI Energy split 0 (full schedule): "
+        "independent test RMSE 2.44, NLL 2.40 (the kernel-weighted average of other draws' scores drives every draw "
+        "alike: k(z', z) ≈ 1/(n + 1) between independent draws at the median bandwidth); same 0.47 / 0.95")
+
+    @model_validator(mode="after")
+    def _check_expectation(self) -> GPVIExpectationOptions:
+        if self.expectation == "same" and self.expectation_particles is not None:
+            raise ValueError("expectation_particles sizes the independent batch; 'same' uses the updated batch")
+        return self
+
+
+class GPVIOptions(GPVIExpectationOptions):
     """GPVI with a learned Jacobian-inverse helper. `helper`: `pairwise` (the paper's h(z', ∇k), evaluated
     on all n'·n pairs) or `matrix` (a k×k inverse per z', then kernel matmuls: no network on the pairs)."""
 
@@ -166,7 +185,7 @@ class GPVIOptions(KernelGenerativeOptions):
         "one is needed) unless the target has its own init")
 
 
-class GPVIExactOptions(KernelGenerativeOptions):
+class GPVIExactOptions(GPVIExpectationOptions):
     """GPVI with the k×k Jacobian block formed (torch.func) and solved exactly (torch.linalg.solve)."""
 
 

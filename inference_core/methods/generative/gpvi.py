@@ -39,7 +39,7 @@ from inference_core.methods.generative.base import (
 from inference_core.methods.generative.jacobian import GeneratorJacobian
 from inference_core.methods.generative.networks import MatrixHelper, PairwiseHelper
 from inference_core.methods.optim import make_optimizer, optimizer_step, zero_grads
-from inference_core.schemas.generative import GPVIExactOptions, GPVIOptions, KernelGenerativeOptions
+from inference_core.schemas.generative import GPVIExactOptions, GPVIExpectationOptions, GPVIOptions
 from inference_core.targets.base import Target
 
 #: The generator structure GPVI gives BNN hypernetworks when `generator.structure` is left out (see
@@ -57,12 +57,15 @@ DEFAULT_BNN_STRUCTURE = "residual"
 
 
 class _GPVIBase(GenerativeMethod):
-    options: KernelGenerativeOptions
+    options: GPVIExpectationOptions
 
-    def __init__(self, target: Target, options: KernelGenerativeOptions, num_particles: int, seed: int,
+    def __init__(self, target: Target, options: GPVIExpectationOptions, num_particles: int, seed: int,
                  device: torch.device):
         super().__init__(target, options, num_particles, seed, device)
-        self.expectation_particles = expectation_size(options, num_particles)
+        own_init = getattr(target, "initial_particles", None) is not None
+        #: eq. 9's expectation over the updated batch itself (GPVIExpectationOptions.expectation)
+        self.same_batch = (options.expectation or ("same" if own_init else "independent")) == "same"
+        self.expectation_particles = num_particles if self.same_batch else expectation_size(options, num_particles)
 
     def default_structure(self, k: int, d: int, own_init: bool, whitened: bool, lam: float) -> str:
         """DEFAULT_BNN_STRUCTURE for BNN hypernetworks, the targets with their own initialisation where
@@ -90,14 +93,14 @@ class _GPVIBase(GenerativeMethod):
         rule = self.options.bandwidth
         if rule.rule == "fixed":
             return float(rule.value)
-        return gpvi_math.median_bandwidth(sq, rule.divisor, self.num_particles)
+        return gpvi_math.median_bandwidth(sq, rule.divisor, self.num_particles, distinct_pairs=self.same_batch)
 
     def prepare(self, with_jacobian: bool) -> dict[str, Any]:
         """Steps 1–3 of the module docstring, and the generator's Jacobian at z' (`jac`; with `with_jacobian`
         also J_φ(z'), whose forward pass gives φ(z') for x' = f(z'))."""
         n, n_expect = self.num_particles, self.expectation_particles
         z = self.noise(n)
-        z_expect = self.noise(n_expect)
+        z_expect = z if self.same_batch else self.noise(n_expect)
         batch = self.target.sample_batch(self.rng)
         x = self.network(z)
         with_jacobian = with_jacobian or self.network.coupling  # the coupling factors need J_φ
