@@ -2,9 +2,12 @@
 and `gpvi_exact` (the k×k Jacobian block solved exactly). The math is in `gpvi_math`; this module orders
 one step:
 
-1. draw z [n, D], z' [n', D] (method RNG, in that order), then the target's minibatch;
+1. draw z [n, D], z' [n', D] (method RNG, in that order; with `expectation: "same"`, the default for BNN
+   hypernetworks, z' = z: eq. 9's expectation over the updated batch, each draw's own score entering its driving
+   term with k(z, z) = 1), then the target's minibatch;
 2. x = f(z) with a graph; x' = f(z') and ∇log p(x') without;
-3. h = median of ||z'_j − z_i||² over the n'·n pairs / divisor(n); K_ji = exp(−||z'_j − z_i||²/h);
+3. h = median of ||z'_j − z_i||² over the n'·n pairs (the distinct pairs when z' = z) / divisor(n);
+   K_ji = exp(−||z'_j − z_i||²/h);
 4. the repulsive term J_f(z')^{-T}∇_{z'}k (block form) by
    * `pairwise` helper: w = v₁ − Bᵀv₂/λ per pair, `helper_network.steps` updates of h_η on the loss of
      eq. 10 (VJP form, eq. 11), using the outputs of the last helper forward (Algorithm 1, steps 4–7);
