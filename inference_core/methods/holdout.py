@@ -8,6 +8,8 @@ the error on new inputs: an empirical-Bayes choice of ours, not the papers'.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
@@ -33,3 +35,10 @@ def fit_batch(fit_rows: Tensor, batch_size: int | None, generator: torch.Generat
         return fit_rows
     pick = torch.randperm(fit_rows.shape[0], generator=generator)[:batch_size]
     return fit_rows.index_select(0, pick.to(fit_rows.device))
+
+
+def predictive_log_likelihood(f: Tensor, y: Tensor, log_std: Tensor) -> Tensor:
+    """log (1/M) Σ_i N(y_j; f_ij, σ²) per held-out row j, [m], for draws f [M, m] of the functions there (no graph
+    needed) and log σ a scalar tensor whose graph is kept: what σ is fitted to."""
+    log_density = -0.5 * (y - f).square() * torch.exp(-2 * log_std) - log_std - 0.5 * math.log(2 * math.pi)
+    return torch.logsumexp(log_density, 0) - math.log(f.shape[0])

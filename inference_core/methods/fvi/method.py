@@ -128,7 +128,7 @@ from inference_core import errors
 from inference_core.methods.base import Method
 from inference_core.methods.fvi import objective
 from inference_core.methods.fvi.networks import StochasticProcessGenerator
-from inference_core.methods.holdout import fit_batch, holdout_split
+from inference_core.methods.holdout import fit_batch, holdout_split, predictive_log_likelihood
 from inference_core.methods.optim import build_optimizer
 from inference_core.prediction.model import predictive_model
 from inference_core.samplers.spg import SPGSampler
@@ -225,10 +225,7 @@ class FVI(Method):
         with torch.no_grad():
             g = self._functions(X, *eps, torch.zeros(HOLDOUT_DRAWS, X.shape[0], device=self.device,
                                                       dtype=self.dtype))
-        log_density = (-0.5 * (y - g).square() / torch.exp(2 * self.log_noise)
-                       - self.log_noise - 0.5 * _LOG_2PI)
-        per_row = torch.logsumexp(log_density, 0) - math.log(HOLDOUT_DRAWS)
-        return per_row.sum() * (self.n_data / rows.shape[0])
+        return predictive_log_likelihood(g, y, self.log_noise).sum() * (self.n_data / rows.shape[0])
 
     def q_precision(self) -> Tensor:
         return torch.exp(-2 * self.q_log_std)

@@ -14,12 +14,14 @@ in this order of draws from the method's RNG:
    score with each draw's σ_i, the Gaussian prior fitted to fresh prior functions, the full-matrix median RBF
    kernel; lines 5-6): the same code as `fsvgd`, which draws the prior functions here;
 4. φ_W = (∂F/∂W)ᵀ v, the VJP through the network (eq. 4), [n, n_weights];
-5. noise (regression with a learnt noise): each draw's σ_i is fsvgd's per-particle MAP σ, amortised: its
-   coordinate s_i moves along ∂/∂s_i [N·mean_b log N(y_b; F_ib, σ_i²) + log p(σ_i)] at the same (pre-update)
-   function values, with fsvgd's noise prior (`noise_log_prior`, no Jacobian term), so the stored sampler's
-   draws carry their σ in the target's slot as GPVI's BNN samplers do (`/predict` reads it there). It starts at
-   σ = `noise_init` in every draw (the slot's output row is zeroed and its bias set). A fixed noise is the
-   target's, as in `fsvgd`;
+5. noise (regression with a learnt noise), carried in the target's slot of every draw as GPVI's BNN samplers do
+   (`/predict` reads it there), starting at σ = `noise_init` (the slot's output row zeroed, its bias set). With
+   `noise_holdout` (default 0.1; methods.holdout) the minibatches come from the rows not held out, and one σ
+   shared by the draws takes an Adam step on the held-out rows' predictive log-likelihood plus the noise prior
+   (`_shared_noise_step`), written into the slot's bias after the generator's step; with `noise_holdout: 0`
+   each draw's σ_i is fsvgd's per-particle MAP σ, amortised: its coordinate s_i moves along
+   ∂/∂s_i [N·mean_b log N(y_b; F_ib, σ_i²) + log p(σ_i)] at the same (pre-update) function values, with fsvgd's
+   noise prior (`noise_log_prior`, no Jacobian term). A fixed noise is the target's, as in `fsvgd`;
 6. φ = [φ_W, φ_s] is handed to `GenerativeMethod.pullback`: the generator's optimiser descends
    −(1/n) Σ_i φ_i·f_θ(z_i), i.e. φ pulled back through the generator (GPVI eq. 14). No `mse` 1/(n·M·K) factor
    (fsvgd's `pullback: "mse"`): φ_W is fsvgd's `vjp` form, whose scale Adam removes.
@@ -38,7 +40,7 @@ from torch import Tensor
 from inference_core.methods.directions import svgd_direction
 from inference_core.methods.function_space.fpovi import FunctionSpaceDirection
 from inference_core.methods.generative.base import STREAM_FIRST_BATCH, GenerativeMethod
-from inference_core.methods.holdout import fit_batch, holdout_split
+from inference_core.methods.holdout import fit_batch, holdout_split, predictive_log_likelihood
 from inference_core.methods.optim import make_optimizer
 from inference_core.schemas.generative import AmortizedFSVGDOptions
 from inference_core.schemas.methods import OptimizerOptions
@@ -159,8 +161,7 @@ class AmortizedFSVGD(FunctionSpaceDirection, GenerativeMethod):
             f = self.function_values(weights.detach(), X)
         with torch.enable_grad():
             log_std = self.shared_log_std
-            log_density = -0.5 * (y - f).square() * torch.exp(-2 * log_std) - log_std - 0.5 * math.log(2 * math.pi)
-            per_row = torch.logsumexp(log_density, 0) - math.log(f.shape[0])
+            per_row = predictive_log_likelihood(f, y, log_std)
             scale = self.target.likelihood_scale(self.holdout_rows)  # type: ignore[attr-defined]
             loss = -(scale * per_row.sum() + self.noise_log_prior(log_std.exp()))
             (grad,) = torch.autograd.grad(loss, log_std)
