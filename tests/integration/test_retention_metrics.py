@@ -224,6 +224,9 @@ def test_latency_is_summed_over_api_processes_with_a_multiprocess_dir(make_stack
         before = latency_count(scrape(stack, other_url), route, "GET", 200)
         for _ in range(4):
             assert stack.client.get("/v1/jobs").status_code == 200  # served by the first process
+        # The histogram is observed once the response has been sent, so the client can be a moment ahead of it.
+        wait_for(lambda: latency_count(scrape(stack, other_url), route, "GET", 200) >= before + 4, 10,
+                 what="the first process's requests in the second's scrape")
         assert latency_count(scrape(stack, other_url), route, "GET", 200) == before + 4
     finally:
         other.terminate()
