@@ -69,6 +69,12 @@ class MCMCOptions(StrictModel):
     diagnostics_every: int = Field(default=100, ge=1, le=1_000_000,
                                    description="ESS / R-hat in the step metrics every this many steps")
     dtype: Literal["float32", "float64"] = Field(default="float64", description="the target's precision")
+    draws_returned: Literal["all", "num_particles"] = Field(
+        default="all",
+        description="the job's particles: 'all' = every stored post-warm-up draw (up to chains × "
+        "max_draws_per_chain, interleaved across chains); 'num_particles' = that many of them, evenly spaced over "
+        "each chain's record. Until 2026-11-28 the job returned num_particles (100 by default) of its 4,000 "
+        "stored draws, so its answers were noisier than the run warranted")
 
 
 class NUTSOptions(MCMCOptions):

@@ -16,8 +16,9 @@ is saved afterwards; the caller's global state is left as it was.
 
 Draws: transitions after `warmup_steps` are kept, at most `max_draws_per_chain` per chain (when full, every other
 stored draw is dropped and the stride doubles, so the store is always an evenly thinned record of the whole
-post-warm-up run). `particles()`: before any kept draw, the chains' current positions [chains, d]; afterwards up
-to `num_particles` draws evenly spaced over each chain's record, interleaved across chains.
+post-warm-up run). `particles()`: before any kept draw, the chains' current positions [chains, d]; afterwards
+every stored draw, interleaved across chains (`draws_returned: "all"`, the default), or up to `num_particles` draws
+evenly spaced over each chain's record, interleaved likewise (`"num_particles"`).
 
 Diagnostics (`diagnostics()`, and in the step metrics every `diagnostics_every` steps): bulk ESS (Vehtari et al.
 2021, §4.3: rank-normalised split chains, then `pyro.ops.stats.effective_sample_size`, Geyer's initial monotone
@@ -230,6 +231,8 @@ class MCMC(Method):
         else:
             draws = self.stored_draws()
             chains, m, _ = draws.shape
+            if self.options.draws_returned == "all":
+                return draws.transpose(0, 1).reshape(-1, draws.shape[-1]).to(device=self.device, dtype=self.dtype)
             per_chain = min(m, -(-self.num_particles // chains))
             index = torch.linspace(0, m - 1, per_chain, dtype=torch.float64).round().long()
             picked = draws[:, index].transpose(0, 1).reshape(-1, draws.shape[-1])  # interleaved across chains

@@ -123,8 +123,8 @@ def test_step_metrics_carry_the_chain_summaries() -> None:
 
 
 def test_the_store_is_an_evenly_thinned_record_and_particles_interleave_chains() -> None:
-    method = build_method(validate_job_spec(job("hmc", {"warmup_steps": 3, "max_draws_per_chain": 8,
-                                                        "chains": 2, "num_steps": 3}, n=6)))
+    method = build_method(validate_job_spec(job("hmc", {"warmup_steps": 3, "max_draws_per_chain": 8, "chains": 2,
+                                                        "num_steps": 3, "draws_returned": "num_particles"}, n=6)))
     start = method.particles()
     assert start.shape == (2, 3)  # during warm-up: the chains' current positions
     record = []
@@ -139,6 +139,8 @@ def test_the_store_is_an_evenly_thinned_record_and_particles_interleave_chains()
     index = [0, 2, 4]
     expected = torch.stack([stored[:, i] for i in index]).reshape(-1, 3)
     assert torch.equal(x, expected)
+    method.options = method.options.model_copy(update={"draws_returned": "all"})  # the default: every stored draw
+    assert torch.equal(method.particles(), stored.transpose(0, 1).reshape(-1, 3))
 
 
 # ---- resume --------------------------------------------------------------------------------------------------
