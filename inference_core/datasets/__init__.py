@@ -7,6 +7,8 @@
   `dataset_digest` (see `uploads`).
 * `resolve_dataset(field, context)`, the one resolver every data target builder uses, and
   `dataset_ref_ids(target_spec)` (see `resolve`).
+* Columns as arrays, for the expression target's data-set params: `DatasetShape`, `columns_shape`,
+  `select_columns` (see `columns`).
 """
 
 from __future__ import annotations

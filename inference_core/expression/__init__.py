@@ -12,10 +12,14 @@ Language (the log-density of one particle x ∈ R^dim, up to a constant; the res
     x[a:b:c]     a slice with integer-literal bounds (Python semantics; negative steps allowed; not empty)
     params       by name: scalars, vectors (p[i], p[a:b:c]) and matrices (A[i] is row i, A[i, j]);
                  names are ASCII identifiers, not x / pi / e / a function name, no leading underscore
-    + - * /      elementwise; a scalar broadcasts against a vector, vectors must have equal lengths
+    + - * /      elementwise; a scalar broadcasts against a vector or a matrix, vectors must have equal
+                 lengths, matrices equal shapes, and a vector meets an r x c matrix as each row (length c)
     -a, +a       unary minus and plus
     a ** p       p a number literal (optionally negated) with |p| <= 16; write exp(b * log(a)) otherwise
-    u @ v        matrix @ vector, vector @ matrix, vector @ vector (dot product)
+    u @ v        matrix @ vector, vector @ matrix, vector @ vector (dot product); matrices may be computed
+    sqdist eye diag cholesky trisolve logdet log_mvnormal
+                 matrices for Gaussian processes (functions.py, kind ``linalg``); a matrix that is not
+                 positive definite gives NaN, never an exception
     f(a, ...)    a function from FUNCTIONS, by name, positional arguments only, fixed arity
     where(c, a, b)   c: comparisons < <= > >= == != (chains like 0 < x[0] < 1 allowed), combined with
                  & | ~ or and / or / not; comparisons appear nowhere else. Both a and b are evaluated.
@@ -23,7 +27,9 @@ Language (the log-density of one particle x ∈ R^dim, up to a constant; the res
 Shapes are checked at parse time (scalar, vector of known length, matrix); reductions (sum, mean, prod,
 max, min, logsumexp, norm, dot) reduce a vector to a scalar. Caps: MAX_SOURCE_LENGTH characters (checked
 before parsing), ASCII only, MAX_NODES syntax nodes, MAX_DEPTH nesting levels (a chain of + - or of * /
-counts as one level), MAX_PARAMS params with MAX_PARAM_ELEMENTS numbers in all. Any other Python syntax
+counts as one level), MAX_PARAMS params with MAX_PARAM_ELEMENTS numbers in all (written inline; a
+param taken from a data set is bounded by the data set's caps), MAX_VALUE_ELEMENTS numbers in any one
+intermediate value and MAX_TOTAL_ELEMENTS in all of them, per particle (shapes.py). Any other Python syntax
 (attributes, other calls, keywords, strings, lambdas, comprehensions, conditionals, ...) is rejected with
 a ValueError naming the construct and its line/column. NaN and ±inf at run time are not errors here.
 
@@ -45,6 +51,7 @@ from inference_core.expression.parser import (
     check_param_name,
     parse_expression,
 )
+from inference_core.expression.shapes import MAX_TOTAL_ELEMENTS, MAX_VALUE_ELEMENTS
 
 __all__ = [
     "CONSTANTS",
@@ -55,6 +62,8 @@ __all__ = [
     "MAX_PARAMS",
     "MAX_PARAM_ELEMENTS",
     "MAX_SOURCE_LENGTH",
+    "MAX_TOTAL_ELEMENTS",
+    "MAX_VALUE_ELEMENTS",
     "Expression",
     "ExpressionError",
     "FunctionSpec",

@@ -5,9 +5,10 @@ closures, dispatched on the node type and on names from the fixed function table
 particles ``x[n, dim]`` to one log-density per particle ``[n]``.
 
 Value layout while evaluating: a scalar node is a tensor of shape ``[n]`` (or ``[]`` when it does not
-depend on x), a vector node ``[n, L]`` (or ``[L]``), a matrix (params only) ``[r, c]``. When a scalar meets
-a vector it gets a trailing axis (``unsqueeze(-1)``), so broadcasting follows the parse-time shapes.
-Reductions act on the last axis.
+depend on x), a vector node ``[n, L]`` (or ``[L]``), a matrix ``[n, r, c]`` (or ``[r, c]``). When a scalar
+meets a vector or a matrix it gets trailing axes, and a vector meeting a matrix becomes a row
+(``unsqueeze(-2)``), so broadcasting follows the parse-time shapes. Reductions act on the last axis; the
+matrix functions are in linalg.py.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from inference_core.expression import ir
+from inference_core.expression import ir, linalg
 from inference_core.expression.parser import Expression
 from inference_core.expression.stabilize import stabilize as stabilize_ir
 
@@ -168,6 +169,8 @@ REDUCTIONS: Mapping[str, Callable[[Tensor], Tensor]] = {
     "norm": lambda t: torch.linalg.vector_norm(t, dim=-1),
 }
 
+_LINALG = frozenset({"sqdist", "eye", "diag", "cholesky", "trisolve", "logdet", "log_mvnormal"})
+
 _COMPARISONS: Mapping[str, Callable[[Tensor, Tensor], Tensor]] = {
     "<": torch.lt,
     "<=": torch.le,
@@ -228,10 +231,16 @@ class CompiledExpression:
 
     @staticmethod
     def _aligned(evaluator: Evaluator, node: ir.Node, shape: ir.Shape) -> Evaluator:
-        """Give a scalar a trailing axis where it meets a vector."""
-        if node.shape == () and shape != ():
+        """Give a scalar trailing axes where it meets a vector or a matrix, and a vector meeting a matrix
+        the row axis."""
+        have, want = len(node.shape), len(shape)
+        if have >= want:
+            return evaluator
+        if have == 0 and want == 1:
             return lambda env: evaluator(env).unsqueeze(-1)
-        return evaluator
+        if have == 0:
+            return lambda env: evaluator(env).unsqueeze(-1).unsqueeze(-1)
+        return lambda env: evaluator(env).unsqueeze(-2)
 
     def _compile_all(self, nodes: Sequence[ir.Node], shape: ir.Shape) -> list[Evaluator]:
         return [self._aligned(self._compile(node), node, shape) for node in nodes]
@@ -302,10 +311,10 @@ class CompiledExpression:
 
     def _compile_matmul(self, node: ir.MatMul) -> Evaluator:
         left, right = self._compile(node.left), self._compile(node.right)
-        if len(node.left.shape) == 2:  # matrix @ vector, the vector possibly batched [n, c]
-            return lambda env: torch.matmul(right(env), left(env).mT)
+        if len(node.left.shape) == 2:  # matrix @ vector, either possibly batched
+            return lambda env: linalg.matvec(left(env), right(env))
         if len(node.right.shape) == 2:  # vector @ matrix
-            return lambda env: torch.matmul(left(env), right(env))
+            return lambda env: linalg.vecmat(left(env), right(env))
         return lambda env: (left(env) * right(env)).sum(-1)
 
     def _compile_call(self, node: ir.Call) -> Evaluator:
@@ -320,12 +329,39 @@ class CompiledExpression:
         if name == "dot":
             a, b = (self._compile(arg) for arg in node.args)
             return lambda env: (a(env) * b(env)).sum(-1)
+        if name in _LINALG:
+            return self._compile_linalg(node)
         function = ELEMENTWISE[name]
         args = self._compile_all(node.args, node.shape)
         if len(args) == 1:
             (only,) = args
             return lambda env: function(only(env))
         return lambda env: function(*(arg(env) for arg in args))
+
+    def _compile_linalg(self, node: ir.Call) -> Evaluator:
+        name, shapes = node.name, [arg.shape for arg in node.args]
+        if name == "eye":
+            n = node.shape[0]
+            return lambda env: linalg.eye(n, env.x)
+        if name == "log_mvnormal":
+            y, mean, cov = self._compile_all(node.args, node.args[0].shape)  # mean: a scalar gets the axis
+            return lambda env: linalg.log_mvnormal(y(env), mean(env), cov(env))
+        args = [self._compile(arg) for arg in node.args]
+        if name == "sqdist":
+            a, b = args
+            rows = len(shapes[0]) == 2
+            return lambda env: linalg.sqdist(a(env), b(env), rows)
+        if name == "diag":
+            (a,) = args
+            of_matrix = len(shapes[0]) == 2
+            return lambda env: linalg.diag(a(env), of_matrix)
+        if name == "trisolve":
+            lower, b = args
+            b_is_matrix = len(shapes[1]) == 2
+            return lambda env: linalg.trisolve(lower(env), b(env), b_is_matrix)
+        (a,) = args  # cholesky, logdet
+        function = linalg.cholesky if name == "cholesky" else linalg.logdet
+        return lambda env: function(a(env))
 
     def _compile_shifted_log_sum(self, node: ir.ShiftedLogSum) -> Evaluator:
         """m + log(R(Σ ±c_i·exp(a_i − m))), m = max a_i detached; shift 0 where m is not finite (stabilize.py)."""

@@ -7,6 +7,21 @@ Every function has one fixed arity, checked at parse time, and one shape rule:
 - ``dot``: two vectors of equal length → scalar.
 - ``where``: ``where(cond, a, b)``; ``cond`` is a comparison (the only place comparisons may appear),
   the three shapes broadcast like ``elementwise``.
+- ``linalg``: matrices (square n×n where a factorisation is involved), one rule per function:
+    ``sqdist(a, b)``   vectors of lengths r, c → the r×c matrix (a_i − b_j)²; matrices r×p, c×p → the r×c
+                       matrix of squared distances between their rows;
+    ``eye(n)``         n an integer literal → the n×n identity;
+    ``diag(a)``        a vector of length n → the n×n diagonal matrix; a square matrix → its diagonal;
+    ``cholesky(A)``    the lower Cholesky factor of (A + Aᵀ)/2 (so a non-symmetric A is not silently cut to
+                       its lower triangle); NaN everywhere when that is not positive definite;
+    ``trisolve(L, b)`` z with L z = b, L lower-triangular n×n (its upper triangle is not read), b a vector of
+                       length n or an n×k matrix; z has b's shape;
+    ``logdet(A)``      log det of the symmetric positive definite (A + Aᵀ)/2 by Cholesky; NaN otherwise;
+    ``log_mvnormal(y, mean, cov)``  log N(y; mean, cov), y a vector of length n, mean a scalar or such a
+                       vector, cov n×n (its symmetric part); NaN where that is not positive definite.
+
+Elementwise functions and + - * / ** also take matrices (numpy broadcasting: a scalar everywhere, a vector of
+length c as every row of an r×c matrix); reductions and ``dot`` take vectors only.
 
 The torch implementations live in `compiler.py`; this module only describes them.
 """
@@ -18,7 +33,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Literal
 
-FunctionKind = Literal["elementwise", "reduction", "dot", "where"]
+FunctionKind = Literal["elementwise", "reduction", "dot", "where", "linalg"]
 
 
 @dataclass(frozen=True)
@@ -67,6 +82,14 @@ _TABLE: tuple[FunctionSpec, ...] = (
     FunctionSpec("norm", 1, "reduction", "Euclidean norm sqrt(Σ a_i²)"),
     FunctionSpec("dot", 2, "dot", "Σ a_i b_i"),
     FunctionSpec("where", 3, "where", "where(cond, a, b): a where cond holds, else b (both are evaluated)"),
+    # matrices (Gaussian processes): shape rules above; NaN, never an exception, for a matrix that is not SPD
+    FunctionSpec("sqdist", 2, "linalg", "matrix of squared distances (a_i - b_j)^2 (rows of matrices)"),
+    FunctionSpec("eye", 1, "linalg", "eye(n): the n x n identity, n an integer literal"),
+    FunctionSpec("diag", 1, "linalg", "diagonal matrix of a vector, or the diagonal of a square matrix"),
+    FunctionSpec("cholesky", 1, "linalg", "lower Cholesky factor of the symmetric part of A (NaN if not SPD)"),
+    FunctionSpec("trisolve", 2, "linalg", "z with L z = b, L lower-triangular"),
+    FunctionSpec("logdet", 1, "linalg", "log det of an SPD matrix, by Cholesky (NaN if not SPD)"),
+    FunctionSpec("log_mvnormal", 3, "linalg", "log N(y; mean, cov), multivariate normal (NaN if cov not SPD)"),
 )
 
 FUNCTIONS: Mapping[str, FunctionSpec] = MappingProxyType({spec.name: spec for spec in _TABLE})

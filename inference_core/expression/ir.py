@@ -1,7 +1,7 @@
 """Immutable intermediate representation of a parsed expression (torch-free).
 
 Every numeric node carries its static `shape` per particle: ``()`` for a scalar, ``(n,)`` for a vector of
-length n, ``(r, c)`` for a matrix (matrices only come from params and only feed ``@`` or indexing).
+length n, ``(r, c)`` for a matrix (a param, or computed: elementwise, ``@`` and the ``linalg`` functions).
 Boolean nodes (`Compare`, `Logical`, `Not`) only appear as the condition of ``where``.
 Chains of + / - and of * / / are flattened into n-ary `Add` / `Mul` nodes (evaluated left to right, as
 Python would), so long sums do not make deep trees.
@@ -105,6 +105,8 @@ class MatMul(Node):
 
 @dataclass(frozen=True, slots=True)
 class Call(Node):
+    """A function of functions.py by name; ``eye(n)`` has no args (n is its shape)."""
+
     name: str
     args: tuple[Node, ...]
     shape: Shape

@@ -11,7 +11,8 @@ Defences, in order:
 2. `ast.parse` with its own failures (SyntaxError, RecursionError, MemoryError, ...) turned into ValueError;
 3. an iterative pre-pass that caps the node count and the nesting depth before any recursive walk;
 4. the recursive allow-list walk, which also infers every node's shape, bounds-checks every index against
-   `dim` and the params' shapes, and requires a scalar result per particle.
+   `dim` and the params' shapes, caps the size of every intermediate value and of all of them together
+   (shapes.py: MAX_VALUE_ELEMENTS, MAX_TOTAL_ELEMENTS per particle), and requires a scalar result per particle.
 """
 
 from __future__ import annotations
@@ -26,6 +27,14 @@ from typing import NoReturn
 
 from inference_core.expression import ir
 from inference_core.expression.functions import CONSTANTS, FUNCTIONS
+from inference_core.expression.shapes import (
+    MAX_TOTAL_ELEMENTS,
+    MAX_VALUE_ELEMENTS,
+    ShapeError,
+    linalg_shape,
+    value_cost,
+)
+from inference_core.expression.shapes import describe as _describe
 
 MAX_SOURCE_LENGTH = 10_000  # characters, checked before parsing
 MAX_NODES = 5_000  # Python AST nodes
@@ -98,12 +107,14 @@ class ExpressionError(ValueError):
 
 @dataclass(frozen=True)
 class Expression:
-    """A checked expression: the IR root (a scalar per particle), `dim`, and the params' shapes."""
+    """A checked expression: the IR root (a scalar per particle), `dim`, the params' shapes, and `footprint`,
+    the numbers its intermediate values hold per particle (shapes.value_cost; at most MAX_TOTAL_ELEMENTS)."""
 
     source: str
     dim: int
     root: ir.Node
     param_shapes: Mapping[str, ir.Shape]
+    footprint: int = 0
 
 
 def check_param_name(name: object) -> str:
@@ -166,7 +177,9 @@ def parse_expression(
             f"the expression must give one number per particle but gives {_describe(root.shape)}; "
             "reduce it with sum(...), mean(...), logsumexp(...), ...",
         )
-    return Expression(source=source, dim=dim, root=root, param_shapes=MappingProxyType(shapes))
+    return Expression(
+        source=source, dim=dim, root=root, param_shapes=MappingProxyType(shapes), footprint=walker.footprint
+    )
 
 
 def _syntax_message(exc: SyntaxError) -> str:
@@ -218,14 +231,6 @@ def _position(line: int | None, col: int | None, multiline: bool = False) -> str
     return f"col {col + 1}: "
 
 
-def _describe(shape: ir.Shape) -> str:
-    if shape == ():
-        return "a scalar"
-    if len(shape) == 1:
-        return f"a vector of length {shape[0]}"
-    return f"a {shape[0]}x{shape[1]} matrix"
-
-
 def _number_literal(node: ast.AST) -> float | int | None:
     """The value of `5`, `2.5`, `-3`, `+1e-3` (no bools, no complex), or None if node is not one."""
     sign = 1
@@ -244,6 +249,8 @@ class _Walker:
         self.dim = dim
         self.param_shapes = param_shapes
         self.multiline = multiline
+        self.footprint = 0  # numbers per particle held by the intermediate values so far (value_cost)
+        self._counted: set[int] = set()  # ids of the nodes in `footprint` (all alive in the tree being built)
 
     def fail(self, node: ast.AST, message: str) -> NoReturn:
         line, col = getattr(node, "lineno", None), getattr(node, "col_offset", None)
@@ -251,20 +258,44 @@ class _Walker:
             f"{_position(line, col, self.multiline)}{message}", line, None if col is None else col + 1
         )
 
+    def _account(self, node: ast.AST, value: ir.Node) -> ir.Node:
+        """Cap one computed value and the running total (leaves are the params' and x's own memory)."""
+        if isinstance(value, ir.Const | ir.Param | ir.Input) or id(value) in self._counted:
+            return value  # `+a` returns a's node, already counted
+        self._counted.add(id(value))
+        size = math.prod(value.shape)
+        if size > MAX_VALUE_ELEMENTS:
+            self.fail(
+                node,
+                f"this gives {_describe(value.shape)} ({size:,} numbers per particle), over the cap of "
+                f"{MAX_VALUE_ELEMENTS:,} numbers for one intermediate value",
+            )
+        self.footprint += value_cost(value)
+        if self.footprint > MAX_TOTAL_ELEMENTS:
+            self.fail(
+                node,
+                f"the intermediate values up to here hold {self.footprint:,} numbers per particle, over the cap "
+                f"of {MAX_TOTAL_ELEMENTS:,} for the whole expression",
+            )
+        return value
+
     # --- numeric expressions -------------------------------------------------------------------------
     def numeric(self, node: ast.AST) -> ir.Node:
+        return self._account(node, self._numeric(node))
+
+    def _numeric(self, node: ast.AST) -> ir.Node:
         if isinstance(node, ast.Constant):
             return ir.Const(self._constant(node))
         if isinstance(node, ast.Name):
             return self._name(node)
         if isinstance(node, ast.UnaryOp):
             if isinstance(node.op, ast.UAdd):
-                return self._not_matrix(node, self.numeric(node.operand), "unary +")
+                return self.numeric(node.operand)
             if isinstance(node.op, ast.USub):
                 operand = self.numeric(node.operand)
                 if isinstance(operand, ir.Const):
                     return ir.Const(-operand.value)
-                return ir.Neg(operand, self._not_matrix(node, operand, "unary -").shape)
+                return ir.Neg(operand, operand.shape)
             self.fail(
                 node,
                 f"'{'not' if isinstance(node.op, ast.Not) else '~'}' is only allowed in the "
@@ -309,17 +340,24 @@ class _Walker:
             self.fail(node, f"names starting with '_' are not allowed ({name[:40]!r})")
         self.fail(node, f"unknown name {name[:40]!r} (use x, a declared param, pi or e)")
 
-    def _not_matrix(self, node: ast.AST, value: ir.Node, what: str) -> ir.Node:
-        if len(value.shape) == 2:
-            self.fail(node, f"{what} cannot take a matrix; matrices may only be used with @ or indexed")
-        return value
-
     def _broadcast(self, node: ast.AST, values: list[ir.Node], what: str) -> ir.Shape:
-        lengths = set()
-        for value in values:
-            self._not_matrix(node, value, what)
-            if value.shape:
-                lengths.add(value.shape[0])
+        """numpy's rule, restricted: scalars go everywhere, vectors of one length, matrices of one shape,
+        and a vector meets a matrix as each of its rows (its length must be the number of columns)."""
+        lengths = {value.shape[0] for value in values if len(value.shape) == 1}
+        matrices = {value.shape for value in values if len(value.shape) == 2}
+        if len(matrices) > 1:
+            shown = " and ".join(_describe(shape) for shape in sorted(matrices))
+            self.fail(node, f"shape mismatch in {what}: {shown}")
+        if matrices:
+            (shape,) = matrices
+            if lengths - {shape[1]}:
+                length = min(lengths - {shape[1]})
+                self.fail(
+                    node,
+                    f"shape mismatch in {what}: {_describe((length,))} and {_describe(shape)} (a vector "
+                    "meets a matrix as each of its rows, so its length must be the number of columns)",
+                )
+            return shape
         if len(lengths) > 1:
             shown = " and ".join(_describe((n,)) for n in sorted(lengths))
             self.fail(node, f"shape mismatch in {what}: {shown}")
@@ -358,7 +396,7 @@ class _Walker:
                     node.right, f"exponent {str(exponent)[:30]} is out of range (|p| <= {MAX_EXPONENT:g})"
                 )
             base = self.numeric(node.left)
-            return ir.Pow(base, float(exponent), self._not_matrix(node, base, "**").shape)
+            return ir.Pow(base, float(exponent), base.shape)
         if isinstance(node.op, ast.MatMult):
             return self._matmul(node)
         symbol = _BINOP_SYMBOLS.get(type(node.op), type(node.op).__name__)
@@ -412,6 +450,8 @@ class _Walker:
                 f"{name} takes {spec.arity} argument{'s' if spec.arity != 1 else ''}, "
                 f"got {len(node.args)}{hint}",
             )
+        if spec.kind == "linalg":
+            return self._linalg(node, name)
         if spec.kind == "where":
             cond = self.condition(node.args[0])
             a, b = self.numeric(node.args[1]), self.numeric(node.args[2])
@@ -432,6 +472,21 @@ class _Walker:
                 f"and {_describe(args[1].shape)}",
             )
         return ir.Call(name, args, ())
+
+    def _linalg(self, node: ast.Call, name: str) -> ir.Node:
+        if name == "eye":
+            n = _number_literal(node.args[0])
+            if not isinstance(n, int) or n < 1:
+                self.fail(node.args[0], "eye(n) needs a positive integer literal n")
+            if n > MAX_VALUE_ELEMENTS:  # keeps n * n a small int; the cap itself is checked by _account
+                self.fail(node, f"eye({str(n)[:30]}) is over the cap of {MAX_VALUE_ELEMENTS:,} numbers")
+            return ir.Call(name, (), (n, n))
+        args = tuple(self.numeric(arg) for arg in node.args)
+        try:
+            shape = linalg_shape(name, [arg.shape for arg in args])
+        except ShapeError as exc:
+            self.fail(node, str(exc))
+        return ir.Call(name, args, shape)
 
     def _subscript(self, node: ast.Subscript) -> ir.Node:
         if not isinstance(node.value, ast.Name) or not (
@@ -488,6 +543,9 @@ class _Walker:
 
     # --- conditions (only inside where) --------------------------------------------------------------
     def condition(self, node: ast.AST) -> ir.Node:
+        return self._account(node, self._condition(node))
+
+    def _condition(self, node: ast.AST) -> ir.Node:
         if isinstance(node, ast.Compare):
             ops = []
             for op in node.ops:

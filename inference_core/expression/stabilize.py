@@ -117,7 +117,8 @@ def _split_term(node: ir.Node) -> _Term:
 
 
 def _shape_of(nodes: tuple[ir.Node, ...]) -> ir.Shape:
-    return next((n.shape for n in nodes if n.shape), ())
+    """The broadcast shape of operands that passed the parser's rules: the one of highest rank."""
+    return max((n.shape for n in nodes), key=len, default=())
 
 
 def _product(factors: list[tuple[ir.Node, bool]]) -> ir.Node | None:

@@ -3,19 +3,28 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from inference_core import errors
+from inference_core.datasets import is_builtin_ref, is_dataset_id, parse_builtin_ref
+from inference_core.datasets.columns import DatasetShape, columns_shape
 from inference_core.expression.parser import (
     MAX_PARAM_ELEMENTS,
     MAX_PARAMS,
     MAX_SOURCE_LENGTH,
+    Expression,
     check_param_name,
     parse_expression,
 )
 from inference_core.schemas.common import StrictModel
+
+#: Numbers in all of a target's data-set params together (copies of data-set columns, held once per job;
+#: 256 MiB in float64, the default cap on an upload's parsed size).
+MAX_DATASET_PARAM_ELEMENTS = 2**25
 
 
 def float_array(value: Any, name: str) -> np.ndarray:
@@ -130,7 +139,62 @@ class EnergyTargetSpec(StrictModel):
         return 2
 
 
-ParamValue = float | list[float] | list[list[float]]
+class DatasetColumns(StrictModel):
+    """An expression param taken from a data set: `column` gives a vector [n_rows], `columns` a matrix
+    [n_rows, k] (docs/api.md, "The expression target"). Only the training part is used."""
+
+    dataset: str = Field(
+        max_length=100,  # ids and built-in references are short; a long string is never echoed back
+        description="an uploaded data set id ('ds_…') or a built-in reference ('uci:…', 'sklearn:…')",
+    )
+    column: int | Literal["y"] | None = Field(
+        default=None, description="one column, a vector [n_rows]: 'y' or a feature index (0-based, as in X)"
+    )
+    columns: list[int | Literal["y"]] | Literal["X"] | None = Field(
+        default=None, description="columns in this order, a matrix [n_rows, k]; 'X' for every feature column"
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> DatasetColumns:
+        if not is_dataset_id(self.dataset):
+            if not is_builtin_ref(self.dataset):
+                raise ValueError(
+                    f"dataset {self.dataset[:80]!r} is neither an uploaded data set id ('ds_' + 32 lowercase hex "
+                    "characters) nor a built-in reference ('uci:<name>[:split=K]', 'sklearn:<name>')"
+                )
+            parse_builtin_ref(self.dataset)
+        if (self.column is None) == (self.columns is None):
+            raise ValueError("give exactly one of 'column' (a vector) or 'columns' (a matrix)")
+        picked = [self.column] if self.column is not None else self.columns
+        if isinstance(picked, list):
+            if not picked:
+                raise ValueError("'columns' is empty")
+            if any(isinstance(item, int) and item < 0 for item in picked):
+                raise ValueError("feature indices count from 0 and must not be negative")
+        if not self.uploaded:  # a built-in set's shape is known now
+            self.shape()
+        return self
+
+    @property
+    def uploaded(self) -> bool:
+        return is_dataset_id(self.dataset)
+
+    def shape(self, datasets: Mapping[str, DatasetShape] | None = None) -> tuple[int, ...]:
+        """Its shape; an uploaded data set's own shape must be in `datasets` (ValueError when a column is not
+        the data set's)."""
+        if self.uploaded:
+            if datasets is None or self.dataset not in datasets:
+                raise ValueError(f"the shape of dataset {self.dataset!r} is needed (it is read at submit)")
+            known = datasets[self.dataset]
+        else:
+            known = DatasetShape.of_builtin(self.dataset)
+        try:
+            return columns_shape(self.column, self.columns, known)
+        except ValueError as exc:
+            raise ValueError(f"dataset {self.dataset!r}: {exc}") from None
+
+
+ParamValue = float | list[float] | list[list[float]] | DatasetColumns
 
 
 def _check_param_value(name: str, value: Any) -> tuple[int, ...]:
@@ -182,7 +246,9 @@ class ExpressionTargetSpec(StrictModel):
     # params come before log_prob so that log_prob's validator sees them (fields validate in order).
     params: dict[str, ParamValue] = Field(
         default_factory=dict,
-        description=f"name → number, vector or matrix; at most {MAX_PARAMS} params, {MAX_PARAM_ELEMENTS} numbers",
+        description=f"name → number, vector, matrix, or {{'dataset', 'column' | 'columns'}} (columns of a data "
+        f"set); at most {MAX_PARAMS} params, {MAX_PARAM_ELEMENTS} numbers written inline, "
+        f"{MAX_DATASET_PARAM_ELEMENTS} taken from data sets",
     )
     log_prob: str = Field(
         min_length=1, max_length=MAX_SOURCE_LENGTH, description="log-density of x in the expression language"
@@ -196,22 +262,93 @@ class ExpressionTargetSpec(StrictModel):
             raise ValueError("params must be an object mapping names to numbers or arrays")
         if len(value) > MAX_PARAMS:
             raise ValueError(f"at most {MAX_PARAMS} params are allowed, got {len(value)}")
-        total = 0
+        total, checked = 0, {}
         for name, item in value.items():
             check_param_name(name)
+            if isinstance(item, dict | DatasetColumns):
+                # A data set's columns: the data set's own upload caps bound them, not the inline cap.
+                checked[name] = _dataset_columns(name, item)
+                continue
             total += math.prod(_check_param_value(name, item))
             if total > MAX_PARAM_ELEMENTS:
                 raise ValueError(f"params hold more than {MAX_PARAM_ELEMENTS} numbers")
-        return value
+            checked[name] = item
+        if not any(isinstance(item, DatasetColumns) and item.uploaded for item in checked.values()):
+            _shapes(checked, None)  # built-in data sets: their sizes are known now
+        return checked
 
     @field_validator("log_prob")
     @classmethod
     def _check_log_prob(cls, value: str, info: ValidationInfo) -> str:
-        # Only when dim and params are valid (otherwise their own error is reported).
-        if "dim" in info.data and "params" in info.data:
-            shapes = {name: _check_param_value(name, item) for name, item in info.data["params"].items()}
-            parse_expression(value, info.data["dim"], shapes)
+        # Only when dim and params are valid (otherwise their own error is reported). With an uploaded data
+        # set the shapes are known only once its record is read: `check_dataset_shapes` parses at submit.
+        params = info.data.get("params")
+        if "dim" in info.data and params is not None and not _uploaded_ids(params):
+            parse_expression(value, info.data["dim"], _shapes(params, None))
         return value
 
-    def param_shapes(self) -> dict[str, tuple[int, ...]]:
-        return {name: _check_param_value(name, value) for name, value in self.params.items()}
+    def uploaded_datasets(self) -> list[str]:
+        """The uploaded data set ids the params take columns from."""
+        return _uploaded_ids(self.params)
+
+    def param_shapes(self, datasets: Mapping[str, DatasetShape] | None = None) -> dict[str, tuple[int, ...]]:
+        """Every param's shape; `datasets` gives the shapes of the uploaded data sets named (ValueError if one
+        is missing or lacks a column)."""
+        return _shapes(self.params, datasets)
+
+    def parse(self, datasets: Mapping[str, DatasetShape] | None = None) -> Expression:
+        """The checked expression, given the uploaded data sets' shapes; `errors.TargetInvalid` (422) with the
+        param or `log_prob` as its loc when a column or the expression does not fit them."""
+        try:
+            shapes = _shapes(self.params, datasets)
+        except _ParamError as exc:
+            raise errors.TargetInvalid(f"target.params: {exc}", loc=("target", "params", exc.name)) from None
+        try:
+            return parse_expression(self.log_prob, self.dim, shapes)
+        except ValueError as exc:
+            raise errors.TargetInvalid(f"target.log_prob: {exc}", loc=("target", "log_prob")) from None
+
+    def check_dataset_shapes(self, datasets: Mapping[str, DatasetShape]) -> None:
+        """At submit, once the uploaded data sets are known to be the caller's: the same checks as `parse`."""
+        self.parse(datasets)
+
+
+class _ParamError(ValueError):
+    def __init__(self, name: str, message: str):
+        super().__init__(message)
+        self.name = name
+
+
+def _dataset_columns(name: str, value: Any) -> DatasetColumns:
+    if isinstance(value, DatasetColumns):
+        return value
+    try:
+        return DatasetColumns.model_validate(value)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        where = ".".join(str(part) for part in first["loc"])
+        message = first["msg"].removeprefix("Value error, ")
+        raise ValueError(f"{name!r}: {where + ': ' if where else ''}{message}") from None
+
+
+def _uploaded_ids(params: Mapping[str, Any]) -> list[str]:
+    return sorted({item.dataset for item in params.values()
+                   if isinstance(item, DatasetColumns) and item.uploaded})
+
+
+def _shapes(params: Mapping[str, Any], datasets: Mapping[str, DatasetShape] | None) -> dict[str, tuple]:
+    """Shapes of validated params; data-set params capped together at MAX_DATASET_PARAM_ELEMENTS numbers."""
+    shapes, from_data = {}, 0
+    for name, item in params.items():
+        if not isinstance(item, DatasetColumns):
+            shapes[name] = _check_param_value(name, item)
+            continue
+        try:
+            shapes[name] = item.shape(datasets)
+        except ValueError as exc:
+            raise _ParamError(name, f"{name!r}: {exc}") from None
+        from_data += math.prod(shapes[name])
+        if from_data > MAX_DATASET_PARAM_ELEMENTS:
+            raise _ParamError(name, f"{name!r}: the params taken from data sets hold more than "
+                                    f"{MAX_DATASET_PARAM_ELEMENTS:,} numbers together")
+    return shapes

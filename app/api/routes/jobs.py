@@ -36,6 +36,7 @@ from app.data.retention import delete_bytes, is_expired, job_is_expired, job_is_
 from app.data.settings import Settings
 from inference_core.catalog import TARGET_KINDS
 from inference_core.datasets import dataset_ref_ids
+from inference_core.datasets.columns import DatasetShape
 from inference_core.spec import Limits, check_job_memory, spec_fingerprint, validate_job_spec
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
@@ -56,6 +57,7 @@ def check_dataset_refs(session: Session, tenant: str, target: dict[str, Any], se
     """The uploaded data sets a target uses must be the tenant's own; their shapes fix the dimension."""
     refs = dataset_ref_ids(target)
     schema = TARGET_KINDS[target["kind"]].schema.model_validate(target)
+    shapes = {}
     for dataset_id in refs:
         record = owned_dataset(session, tenant, dataset_id)
         if record is None:
@@ -72,6 +74,10 @@ def check_dataset_refs(session: Session, tenant: str, target: dict[str, Any], se
             if dim > settings.max_dim:
                 raise Problem(422, "limit_exceeded", f"target dimension {dim} is over the cap of {settings.max_dim}",
                               extra={"loc": ["target"]})
+        shapes[dataset_id] = DatasetShape(record.n_rows, record.n_features, record.y_kind != "none")
+    check_shapes = getattr(schema, "check_dataset_shapes", None)
+    if refs and callable(check_shapes):  # an expression over data-set columns: checked now, a 422 target_invalid
+        check_shapes(shapes)
     return refs
 
 

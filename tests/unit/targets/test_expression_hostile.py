@@ -108,7 +108,7 @@ HOSTILE: list[tuple[str, str]] = [
     ("sum(x)[0]", "only x and params can be subscripted"),
     ("x[0, 1]", "needs a matrix and two indices"),
     ("sum(A)", "sum() reduces a vector but got a 2x2 matrix"),
-    ("A + 1", "matrices may only be used with @ or indexed"),
+    ("A + 1", "must give one number per particle but gives a 2x2 matrix"),
     ("A @ A", "@ cannot combine"),
     ("sum(x + mu)", "shape mismatch in +/-: a vector of length 2 and a vector of length 3"),
     ("x", "must give one number per particle but gives a vector of length 2"),
