@@ -5,6 +5,11 @@
 
 sd_j(draws) is the sample sd (ddof = 1). Draws with a non-finite value, or with zero spread in a coordinate
 (collapsed particles), score inf on the measure they break.
+
+Two spaces (issue 41): `score` measures draws in whatever coordinates it is given; `score_problem` scores a
+problem's draws in the sampler's coordinates (what the expression's x is) and, through `Problem.constrain`, in the
+model's own parameters (τ rather than log τ, θ rather than η), each against its reference
+(`load_reference(name, space)`); a run passes only when both do.
 """
 
 from __future__ import annotations
@@ -20,8 +25,35 @@ LOG_SD_BAR = 0.25
 REF_DIR = Path(__file__).resolve().parent / "references"
 
 
-def load_reference(name: str) -> dict[str, Any]:
-    return json.loads((REF_DIR / f"{name}.json").read_text())
+SPACES = ("sampler", "model")
+
+
+def load_reference(name: str, space: str = "sampler") -> dict[str, Any]:
+    """The stored reference of problem `name`. space "sampler": the whole JSON, whose top-level `mean`, `sd`,
+    `param_names` (and for NUTS `mcse_mean`, `rhat`, `ess_bulk`, ...) are in the sampler's coordinates. space
+    "model": the JSON's `model` block (`mean`, `sd`, `names`, and for NUTS its `mcse_mean`, `rhat`, `ess_bulk`,
+    `max_rhat`, `min_ess_bulk`), with `param_names` (= its `names`), `name`, `dim` and `kind` added."""
+    if space not in SPACES:
+        raise ValueError(f"space must be one of {SPACES}, got {space!r}")
+    reference = json.loads((REF_DIR / f"{name}.json").read_text())
+    if space == "sampler":
+        return reference
+    if "model" not in reference:
+        raise KeyError(f"the reference of {name} has no model block; rerun make_references.py --only {name} --force")
+    model = reference["model"]
+    return {**model, "name": reference["name"], "dim": reference["dim"], "kind": model.get("kind", reference["kind"]),
+            "param_names": model["names"]}
+
+
+def load_draws(name: str) -> np.ndarray:
+    """The NUTS reference's stored draws of problem `name`, float32 [chains, m, dim] in the sampler's coordinates
+    (every `draws_file.thin`-th draw of the run; see make_references.py)."""
+    reference = load_reference(name)
+    entry = reference.get("draws_file")
+    if entry is None:
+        raise KeyError(f"the reference of {name} stores no draws (kind {reference['kind']!r})")
+    with np.load(REF_DIR / entry["path"]) as stored:
+        return stored[entry["key"]]
 
 
 def score(draws: np.ndarray, ref_mean: Any, ref_sd: Any, param_names: list[str] | None = None,
@@ -45,3 +77,28 @@ def score(draws: np.ndarray, ref_mean: Any, ref_sd: Any, param_names: list[str] 
     return {"mean_error": mean_error, "log_sd_error": log_sd_error,
             "worst_mean_param": names[int(mean_err.argmax())], "worst_sd_param": names[int(sd_err.argmax())],
             "pass": mean_error <= MEAN_BAR and log_sd_error <= LOG_SD_BAR}
+
+
+def score_problem(problem: Any, draws: np.ndarray) -> dict[str, Any]:
+    """Score draws [n, problem.dim] (sampler's coordinates) of a suite problem in both spaces:
+    {"sampler": score(...), "model": score(...), "pass": both pass, "mean_error" / "log_sd_error": the worse
+    of the two spaces, "worst_mean_param" / "worst_sd_param": where that is, as "sampler:NAME" or "model:NAME",
+    "nonfinite": True when either space has a non-finite draw}. Each space is scored on its own scored
+    coordinates (`problem.scored` and `problem.scored_in_model`)."""
+    draws = np.asarray(draws, dtype=np.float64)
+    if draws.ndim != 2 or draws.shape[1] != problem.dim:
+        raise ValueError(f"draws must be [n, {problem.dim}], got {list(draws.shape)}")
+    sampler_ref, model_ref = load_reference(problem.name), load_reference(problem.name, "model")
+    out: dict[str, Any] = {
+        "sampler": score(draws, sampler_ref["mean"], sampler_ref["sd"], problem.param_names, problem.scored),
+        "model": score(problem.constrain(draws), model_ref["mean"], model_ref["sd"], problem.model_names,
+                       problem.scored_in_model),
+    }
+    for measure, where in (("mean_error", "worst_mean_param"), ("log_sd_error", "worst_sd_param")):
+        space = max(SPACES, key=lambda k: out[k][measure])
+        out[measure] = out[space][measure]
+        out[where] = None if out[space][where] is None else f"{space}:{out[space][where]}"
+    out["pass"] = bool(out["sampler"]["pass"] and out["model"]["pass"])
+    if out["sampler"].get("nonfinite") or out["model"].get("nonfinite"):
+        out["nonfinite"] = True
+    return out
