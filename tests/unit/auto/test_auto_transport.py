@@ -191,7 +191,7 @@ def test_transport_auto_fits_the_flow_where_paths_end_far_apart_or_the_gaussian_
         assert (method.flow_target is not None) == (method.transport == "flow")
     funnel, hierarchical, gaussian = chosen["funnel"], chosen["hierarchical"], chosen["rotated_gaussian_20"]
     assert funnel[0] == "flow" and not funnel[4] and funnel[5] == "mala" and funnel[3] == 200, chosen
-    assert hierarchical[0] == "flow" and hierarchical[1] < 0.5 and hierarchical[2] > 1 and hierarchical[3] == 300, chosen
+    assert hierarchical[0] == "flow" and hierarchical[1] < 0.5 and hierarchical[2] > 1 and hierarchical[3] == 500, chosen
     assert hierarchical[5] == "svgd" and gaussian[5] == "svgd", chosen
     assert chosen_shift["hierarchical"] > 1, chosen_shift
     assert gaussian[0] == "linear" and gaussian[1] < 10 and gaussian[2] < 0.5 and gaussian[3] == 100, chosen
@@ -206,7 +206,7 @@ def test_heavy_tails_alone_take_the_tail_map_not_the_flow() -> None:
               " + log_student_t(x[2], 4, x[1] / 100, 1)"}
     method = build_method(validate_job_spec({"method": "auto", "seed": 2, "steps": 1, "target": target}))
     assert method.khat > 1 and method.importance.shift_sd < 0.5, method.importance
-    assert method.transport == "tails" and not method.flow_losses and method.ensemble_size == 300
+    assert method.transport == "tails" and not method.flow_losses and method.ensemble_size == 500
     probe = method.tail_probe
     assert probe.shape == "coordinatewise" and int(torch.isfinite(probe.index).sum()) == 2, probe
     assert float(probe.index[torch.isfinite(probe.index)].min()) == pytest.approx(4.0, abs=0.1)

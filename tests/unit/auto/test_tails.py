@@ -137,7 +137,7 @@ def test_the_herded_particles_keep_the_heavy_tailed_spread_of_the_ensemble() -> 
     d, loc, scale = 20, rng.uniform(-3, 3, 20), 10 ** rng.uniform(-1, 1, 20)
     result = run({"method": "auto", "seed": 2, "steps": 1000, "target": independent_t(d, 5.0, loc, scale),
                   "options": {"oversample_khat_above": 0.5}})
-    assert result.quality["transport"] == "tails" and result.quality["ensemble_size"] == 300, result.quality
+    assert result.quality["transport"] == "tails" and result.quality["ensemble_size"] == 500, result.quality
     mean_error, sd_error = moments_error(result.particles, loc, scale * math.sqrt(5 / 3))
     assert mean_error <= 0.1 and sd_error <= 0.15, (mean_error, sd_error)
 
