@@ -17,7 +17,6 @@ Results go to benchmarks/results/auto_seeds.json (each cell saved as it finishes
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -28,6 +27,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks._results import load_results, save_results  # noqa: E402
 from benchmarks._timing import machine_summary, replace_section  # noqa: E402
 from benchmarks.robustness.problems import problems  # noqa: E402
 from benchmarks.robustness.scoring import LOG_SD_BAR, MEAN_BAR, score_problem  # noqa: E402
@@ -80,7 +80,7 @@ def run_all(args: argparse.Namespace) -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    results = json.loads(args.results.read_text()) if args.results.exists() else {"cells": {}}
+    results = load_results(args.results, "cells")
     for name in args.problems:
         for seed in args.seeds:
             key = f"{name}/{seed}"
@@ -89,20 +89,19 @@ def run_all(args: argparse.Namespace) -> None:
             cell = run_cell(name, seed, args.particles_dir)
             cell.update(run_at=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), machine=machine_summary())
             results["cells"][key] = cell
-            args.results.parent.mkdir(parents=True, exist_ok=True)
-            args.results.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
+            save_results(args.results, results)
             print(f"{key}: {_cell_text(cell)}", flush=True)
 
 
 def rescore(args: argparse.Namespace) -> None:
     """Recompute every saved cell's scores from its particles in --particles-dir (after a reference changed)."""
-    results = json.loads(args.results.read_text())
+    results = load_results(args.results, "cells")
     for key, cell in results["cells"].items():
         name, seed = key.rsplit("/", 1)
         path = args.particles_dir / f"{name}_{seed}.npy"
         if cell.get("status") == "succeeded" and path.exists():
             cell.update(scored(name, np.load(path)))
-    args.results.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
+    save_results(args.results, results)
 
 
 def _cell_text(cell: dict[str, Any]) -> str:
@@ -194,7 +193,7 @@ def main() -> None:
     elif not args.no_run:
         run_all(args)
     if args.report or args.no_run:
-        body = report(json.loads(args.results.read_text()), args.seeds)
+        body = report(load_results(args.results, "cells"), args.seeds)
         print(body)
         if args.report:
             replace_section(DOC, SECTION, body)

@@ -61,7 +61,6 @@ solves; median over problems of NUTS's run time / `auto`'s time ≥ 2 (NUTS's co
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -73,6 +72,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks._results import load_results, save_results  # noqa: E402
 from benchmarks._timing import machine_summary, replace_section  # noqa: E402
 from benchmarks.robustness import scoring  # noqa: E402
 from benchmarks.robustness.problems import Problem, problems  # noqa: E402
@@ -245,17 +245,6 @@ def run_auto(problem: Problem, seed: int) -> dict[str, Any]:
 
 
 # --- the run -----------------------------------------------------------------------------------------------
-
-
-def load_results(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text()) if path.exists() else {"runs": {}}
-
-
-def save_results(path: Path, results: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
-    tmp.replace(path)
 
 
 def _failed(exc: Exception) -> dict[str, Any]:

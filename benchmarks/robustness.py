@@ -21,7 +21,6 @@ the next run (unless --force); missing methods are retried. `--report` writes th
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
@@ -34,6 +33,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks._results import load_results, save_results  # noqa: E402
 from benchmarks._timing import machine_summary, replace_section  # noqa: E402
 from benchmarks.robustness.problems import problems  # noqa: E402
 from benchmarks.robustness.scoring import LOG_SD_BAR, MEAN_BAR, load_reference, score_problem  # noqa: E402
@@ -43,17 +43,6 @@ RESULTS = ROOT / "benchmarks" / "results" / "robustness.json"
 DOC = ROOT / "docs" / "benchmarks.md"
 SECTION = "Robustness suite (issue 14)"
 DEFAULT_METHODS = ["auto", "svgd", "gpvi", "nuts"]
-
-
-def load_results(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text()) if path.exists() else {"runs": {}}
-
-
-def save_results(path: Path, results: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
-    tmp.replace(path)
 
 
 def _seconds(job: dict[str, Any]) -> float | None:
