@@ -28,7 +28,7 @@ def log_prob(name: str, x: np.ndarray, dtype: torch.dtype = torch.float64) -> np
 def test_registry_shape() -> None:
     assert 8 <= len(NAMES) <= 24
     for problem in suite.problems().values():
-        assert 2 <= problem.dim <= 110  # the stochastic-volatility model: 3 parameters and 100 latent states
+        assert 2 <= problem.dim <= 100
         assert len(problem.param_names) == problem.dim == len(set(problem.param_names))
 
 
