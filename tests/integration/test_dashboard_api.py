@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import math
 import re
-import subprocess
-import sys
 from collections.abc import Iterator
 
 import numpy as np
 import pytest
 from scipy.stats import multivariate_normal
 
-from tests.support.stack import Stack
+from tests.support.stack import Stack, tenant_key
 
 pytestmark = pytest.mark.integration
 
@@ -36,15 +34,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         stack.stop()
 
 
-def new_key(stack: Stack, tenant: str) -> dict[str, str]:
-    done = subprocess.run([sys.executable, "-m", "app.cli", "keys", "create", "--tenant", tenant], env=stack.env,
-                          capture_output=True, text=True, timeout=120, check=True)
-    return {"Authorization": f"Bearer {done.stdout.strip().splitlines()[-1]}"}
-
-
 @pytest.fixture(scope="module")
 def acme(stack: Stack) -> dict[str, str]:
-    return new_key(stack, "acme")
+    return tenant_key(stack, "acme")
 
 
 def submit(stack: Stack, key: dict[str, str], target: dict) -> str:
@@ -148,7 +140,7 @@ def test_limits_and_problem_codes(stack: Stack, acme: dict[str, str]) -> None:
 
 def test_another_tenants_job_is_not_found(stack: Stack, acme: dict[str, str]) -> None:
     job_id = submit(stack, acme, GAUSSIAN)
-    other = new_key(stack, "globex")
+    other = tenant_key(stack, "globex")
     problem(density(stack, other, job_id), 404, "not_found")
     assert density(stack, acme, job_id).status_code == 200
 

@@ -6,15 +6,13 @@ like one that does not exist (422 `dataset_unknown`). The data set is linked to 
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Iterator
 
 import numpy as np
 import pytest
 
 from tests.integration.conftest import MODES
-from tests.support.stack import Stack, wait_for
+from tests.support.stack import Stack, assert_problem, tenant_key, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -60,15 +58,9 @@ def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
         service.stop()
 
 
-def new_key(stack: Stack, tenant: str) -> dict[str, str]:
-    done = subprocess.run([sys.executable, "-m", "app.cli", "keys", "create", "--tenant", tenant], env=stack.env,
-                          capture_output=True, text=True, timeout=120, check=True)
-    return {"Authorization": f"Bearer {done.stdout.strip().splitlines()[-1]}"}
-
-
 @pytest.fixture(scope="module")
 def keys(stack: Stack) -> dict[str, dict[str, str]]:
-    return {"a": new_key(stack, "tenant-a"), "b": new_key(stack, "tenant-b")}
+    return {"a": tenant_key(stack, "tenant-a"), "b": tenant_key(stack, "tenant-b")}
 
 
 @pytest.fixture(scope="module")
@@ -88,14 +80,6 @@ def wait(stack: Stack, job_id: str, key: dict[str, str]) -> dict:
         return job if job["status"] in ("succeeded", "failed", "cancelled") else None
 
     return wait_for(finished, 180, interval=0.2, what=f"job {job_id} to finish")
-
-
-def problem(response, status: int, code: str) -> dict:  # noqa: ANN001
-    assert response.status_code == status, response.text
-    assert response.headers["content-type"].startswith("application/problem+json")
-    body = response.json()
-    assert body["code"] == code, body
-    return body
 
 
 def test_a_job_over_uploaded_columns_matches_the_conjugate_posterior(stack: Stack, keys: dict, uploaded: dict) -> None:
@@ -128,7 +112,7 @@ def test_data_over_the_request_cap_goes_by_reference(stack: Stack, keys: dict) -
     y = features @ np.array([0.7, -1.2]) + NOISE * RNG.normal(size=rows)
     inline = {"kind": "expression", "dim": 2, "log_prob": LOG_PROB,
               "params": {"A": features.tolist(), "y": y.tolist()}}
-    problem(stack.submit({"method": "svgd", "target": inline}, headers=keys["a"]), 413, "payload_too_large")
+    assert_problem(stack.submit({"method": "svgd", "target": inline}, headers=keys["a"]), 413, "payload_too_large")
     text = csv_text(features, y)
     assert len(text) > 2 * 1024 * 1024
     response = stack.client.post("/v1/datasets", content=text, headers={**CSV, **keys["a"]})
@@ -146,15 +130,15 @@ def test_data_over_the_request_cap_goes_by_reference(stack: Stack, keys: dict) -
 
 def test_a_wrong_column_or_shape_is_a_422_at_submit(stack: Stack, keys: dict, uploaded: dict) -> None:
     before = stack.client.get("/v1/jobs", headers=keys["a"]).json()["jobs"]
-    wrong_column = problem(stack.submit({"method": "svgd", "target": regression_target(uploaded["id"], [0, 2])},
+    wrong_column = assert_problem(stack.submit({"method": "svgd", "target": regression_target(uploaded["id"], [0, 2])},
                                         headers=keys["a"]), 422, "target_invalid")
     assert wrong_column["loc"] == ["target", "params", "A"]
     assert "column 2 is not a column of the data set: use 'y' or a feature index 0..1" in wrong_column["detail"]
     shape = regression_target(uploaded["id"], [0])  # a 30x1 matrix against x of length 2
-    body = problem(stack.submit({"method": "svgd", "target": shape}, headers=keys["a"]), 422, "target_invalid")
+    body = assert_problem(stack.submit({"method": "svgd", "target": shape}, headers=keys["a"]), 422, "target_invalid")
     assert body["loc"] == ["target", "log_prob"] and "@ cannot combine a 30x1 matrix" in body["detail"]
     # /validate answers the same
-    problem(stack.client.post("/v1/targets/validate", json={"target": shape, "points": [[0.0, 0.0]]},
+    assert_problem(stack.client.post("/v1/targets/validate", json={"target": shape, "points": [[0.0, 0.0]]},
                               headers=keys["a"]), 422, "target_invalid")
     assert stack.client.get("/v1/jobs", headers=keys["a"]).json()["jobs"] == before  # nothing was queued
 
@@ -164,7 +148,7 @@ def test_another_tenants_data_set_answers_like_a_missing_one(stack: Stack, keys:
     bodies = []
     for dataset_id in (uploaded["id"], missing):
         for columns in ("X", [0, 99]):  # even a wrong column: nothing about the data set is read
-            body = problem(stack.submit({"method": "svgd", "target": regression_target(dataset_id, columns)},
+            body = assert_problem(stack.submit({"method": "svgd", "target": regression_target(dataset_id, columns)},
                                         headers=keys["b"]), 422, "dataset_unknown")
             body["detail"] = body["detail"].replace(dataset_id, "<id>")
             bodies.append({key: value for key, value in body.items() if key != "request_id"})
@@ -175,6 +159,6 @@ def test_another_tenants_data_set_answers_like_a_missing_one(stack: Stack, keys:
 def test_the_data_set_is_linked_to_the_job_that_uses_it(stack: Stack, keys: dict, uploaded: dict) -> None:
     spec = {"method": "svgd", "num_particles": 10, "steps": 1_000_000, "target": regression_target(uploaded["id"])}
     job_id = stack.submit(spec, headers=keys["a"]).json()["id"]
-    problem(stack.client.delete(f"/v1/datasets/{uploaded['id']}", headers=keys["a"]), 409, "dataset_in_use")
+    assert_problem(stack.client.delete(f"/v1/datasets/{uploaded['id']}", headers=keys["a"]), 409, "dataset_in_use")
     assert stack.client.post(f"/v1/jobs/{job_id}/cancel", headers=keys["a"]).status_code == 202
     assert wait(stack, job_id, keys["a"])["status"] == "cancelled"

@@ -16,18 +16,11 @@ from sqlalchemy import select
 
 from app.data.models import PendingDeletion
 from tests.integration.test_retention_metrics import GENERATOR_SPEC, engine_of, folder
-from tests.support.stack import wait_for
+from tests.support.stack import assert_problem, wait_for
 
 pytestmark = pytest.mark.integration
 
 DAY = 86_400
-
-
-def assert_problem(response, status: int, code: str) -> dict:  # noqa: ANN001
-    assert response.status_code == status, response.text
-    assert response.headers["content-type"] == "application/problem+json"
-    assert response.json()["code"] == code, response.json()
-    return response.json()
 
 
 def seconds_between(later: str, earlier: str) -> float:

@@ -24,7 +24,7 @@ import psutil
 import pytest
 
 from tests.support.npz_bombs import lying_header, small_npz, zeros_bomb
-from tests.support.stack import Stack
+from tests.support.stack import Stack, assert_problem
 
 MB = 1_000_000
 NPZ = {"Content-Type": "application/x-npz"}
@@ -108,14 +108,6 @@ def peak_rss_growth(pid: int) -> Iterator[dict[str, int]]:
                 if line.startswith("VmHWM:"):
                     peak = max(peak, int(line.split()[1]) * 1024)
         result["growth"] = peak - baseline
-
-
-def assert_problem(response, status: int, code: str) -> dict:  # noqa: ANN001
-    assert response.status_code == status, response.text
-    assert response.headers["content-type"].startswith("application/problem+json")
-    body = response.json()
-    assert body["code"] == code, body
-    return body
 
 
 def test_a_zeros_bomb_is_refused_without_the_api_growing(open_stack: Stack) -> None:

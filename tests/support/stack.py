@@ -213,3 +213,19 @@ def started_embedded(root: Path, extra_env: dict[str, str] | None = None, mode: 
         yield stack
     finally:
         stack.stop()
+
+
+def tenant_key(stack: Stack, tenant: str) -> dict[str, str]:
+    """An Authorization header with a new API key of `tenant`, made by the CLI as an operator would."""
+    done = subprocess.run([sys.executable, "-m", "app.cli", "keys", "create", "--tenant", tenant], env=stack.env,
+                          capture_output=True, text=True, timeout=120, check=True)
+    return {"Authorization": f"Bearer {done.stdout.strip().splitlines()[-1]}"}
+
+
+def assert_problem(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
+    """The body of a problem+json error response with this status and stable `code`."""
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == "application/problem+json"
+    body = response.json()
+    assert body["code"] == code, body
+    return body
