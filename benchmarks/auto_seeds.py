@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks._results import load_results, save_results  # noqa: E402
 from benchmarks._timing import machine_summary, replace_section  # noqa: E402
-from benchmarks.robustness.problems import problems  # noqa: E402
+from benchmarks.robustness.problems import problems, selected  # noqa: E402
 from benchmarks.robustness.scoring import LOG_SD_BAR, MEAN_BAR, score_problem  # noqa: E402
 from benchmarks.robustness.specs import METHOD_SPECS  # noqa: E402
 
@@ -183,11 +183,8 @@ def main() -> None:
     parser.add_argument("--report", action="store_true")
     parser.add_argument("--no-run", action="store_true")
     args = parser.parse_args()
-    args.problems = [p for p in args.problems.split(",") if p]
+    args.problems = selected(args.problems)
     args.seeds = _seeds(args.seeds)
-    unknown = sorted(set(args.problems) - set(problems()))
-    if unknown:
-        raise SystemExit(f"unknown problems: {unknown}")
     if args.rescore:
         rescore(args)
     elif not args.no_run:

@@ -75,7 +75,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks._results import load_results, save_results  # noqa: E402
 from benchmarks._timing import machine_summary, replace_section  # noqa: E402
 from benchmarks.robustness import scoring  # noqa: E402
-from benchmarks.robustness.problems import Problem, problems  # noqa: E402
+from benchmarks.robustness.problems import Problem, problems, selected  # noqa: E402
 from benchmarks.robustness.scoring import LOG_SD_BAR, MEAN_BAR, load_reference, score  # noqa: E402
 from benchmarks.robustness.specs import METHOD_SPECS  # noqa: E402
 
@@ -447,10 +447,7 @@ def main() -> None:
     parser.add_argument("--allow-partial", action="store_true",
                         help="let --report write the doc section from results missing some suite problems")
     args = parser.parse_args()
-    args.problems = [p for p in args.problems.split(",") if p]
-    unknown = sorted(set(args.problems) - set(problems()))
-    if unknown:
-        raise SystemExit(f"unknown problems: {unknown}; known: {list(problems())}")
+    args.problems = selected(args.problems)
     if not args.no_run:
         run(args)
     results = load_results(args.results)

@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks._results import load_results, save_results  # noqa: E402
 from benchmarks._timing import machine_summary, replace_section  # noqa: E402
-from benchmarks.robustness.problems import problems  # noqa: E402
+from benchmarks.robustness.problems import problems, selected  # noqa: E402
 from benchmarks.robustness.scoring import LOG_SD_BAR, MEAN_BAR, load_reference, score_problem  # noqa: E402
 from benchmarks.robustness.specs import METHOD_SPECS, server_method  # noqa: E402
 
@@ -242,10 +242,7 @@ def main() -> None:
     parser.add_argument("--no-run", action="store_true", help="only --report from the saved results")
     args = parser.parse_args()
     args.methods = [m for m in args.methods.split(",") if m]
-    args.problems = [p for p in args.problems.split(",") if p]
-    unknown = sorted(set(args.problems) - set(problems()))
-    if unknown:
-        raise SystemExit(f"unknown problems: {unknown}; known: {list(problems())}")
+    args.problems = selected(args.problems)
     if not args.no_run:
         run(args)
     if args.report or args.no_run:

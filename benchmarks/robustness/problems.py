@@ -567,3 +567,12 @@ def problems() -> dict[str, Problem]:
 
 def get(name: str) -> Problem:
     return problems()[name]
+
+
+def selected(text: str) -> list[str]:
+    """The problem names of a comma-separated command-line list, in its order; exits naming any unknown one."""
+    names = [name for name in text.split(",") if name]
+    unknown = sorted(set(names) - set(problems()))
+    if unknown:
+        raise SystemExit(f"unknown problems: {unknown}; known: {list(problems())}")
+    return names
