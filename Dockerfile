@@ -14,7 +14,8 @@ COPY pyproject.toml README.md alembic.ini ./
 COPY app ./app
 COPY workers ./workers
 COPY inference_core ./inference_core
-COPY migrations ./migrations
+COPY service ./service
+COPY parvis ./parvis
 RUN pip install .
 
 USER parvis

@@ -1,1 +1,1 @@
-"""Parvis service: FastAPI routes (app.api) and the data layer shared with workers (app.data)."""
+"""Parvis service: the FastAPI application (app.api), the CLI and the dashboard; its floor is `service`."""

@@ -17,7 +17,7 @@ import threading
 import time
 from pathlib import Path
 
-from app.logging_config import configure_logging, logging_dict_config
+from service.logging_config import configure_logging, logging_dict_config
 
 LOOPBACK_NAMES = {"localhost"}
 # Idle keep-alive connections are closed after this many seconds. With uvicorn's 5 s default, a client or load
@@ -39,7 +39,7 @@ def is_loopback(host: str) -> bool:
 def _settings(data_dir: str | None = None):  # noqa: ANN202
     if data_dir is not None:
         os.environ["PARVIS_DATA_DIR"] = str(Path(data_dir).expanduser().resolve())
-    from app.data.settings import get_settings
+    from service.settings import get_settings
 
     get_settings.cache_clear()
     return get_settings()
@@ -116,7 +116,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from app.main import create_app
-    from app.migrate import upgrade
+    from service.migrate import upgrade
 
     server_class = _uvicorn_server_class()
     upgrade(settings.database_url)
@@ -169,7 +169,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def cmd_db_upgrade(args: argparse.Namespace) -> int:
-    from app.migrate import upgrade
+    from service.migrate import upgrade
 
     settings = _settings(args.data_dir)
     upgrade(settings.database_url, args.revision)
@@ -179,7 +179,7 @@ def cmd_db_upgrade(args: argparse.Namespace) -> int:
 
 def cmd_keys_create(args: argparse.Namespace) -> int:
     from app.api.auth import create_api_key
-    from app.data.db import make_engine, make_session_factory
+    from service.db import make_engine, make_session_factory
 
     settings = _settings(args.data_dir)
     engine = make_engine(settings.database_url)
@@ -192,7 +192,7 @@ def cmd_keys_create(args: argparse.Namespace) -> int:
 
 def cmd_keys_list(args: argparse.Namespace) -> int:
     from app.api.auth import list_api_keys
-    from app.data.db import make_engine, make_session_factory
+    from service.db import make_engine, make_session_factory
 
     settings = _settings(args.data_dir)
     engine = make_engine(settings.database_url)
@@ -209,7 +209,7 @@ def cmd_keys_list(args: argparse.Namespace) -> int:
 
 def cmd_keys_revoke(args: argparse.Namespace) -> int:
     from app.api.auth import revoke_api_key
-    from app.data.db import make_engine, make_session_factory
+    from service.db import make_engine, make_session_factory
 
     settings = _settings(args.data_dir)
     engine = make_engine(settings.database_url)

@@ -27,13 +27,13 @@ from app.api.routes import catalog, datasets, density, events, health, jobs, pre
 from app.api.sampler_cache import SamplerCache
 from app.api.sampling import ComputePool, default_concurrency
 from app.api.stream_slots import make_stream_slots
-from app.data.db import make_engine, make_session_factory, pool_capacity
-from app.data.queue import make_celery
-from app.data.settings import Settings, get_settings
-from app.data.store import make_store
 from app.ui.dashboard import install_dashboard
 from inference_core import __version__
 from inference_core.spec import JobSpec
+from service.db import make_engine, make_session_factory, pool_capacity
+from service.queue import make_celery
+from service.settings import Settings, get_settings
+from service.store import make_store
 
 logger = logging.getLogger("parvis.api")
 

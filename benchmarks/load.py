@@ -40,8 +40,8 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app.data.settings import Settings  # noqa: E402
 from benchmarks._timing import cpu_model, replace_section  # noqa: E402
+from service.settings import Settings  # noqa: E402
 from tests.support.stack import FAST_LIFECYCLE, Stack  # noqa: E402
 
 SECTION = "Service under load (issue 15)"

@@ -54,10 +54,10 @@ def main() -> None:
 
     from fastapi.testclient import TestClient
 
-    from app.data.settings import Settings
     from app.main import create_app
-    from app.migrate import upgrade
     from inference_core.datasets import load_builtin
+    from service.migrate import upgrade
+    from service.settings import Settings
     from tests.support.inprocess import run_worker
 
     load_at_start = load_average()

@@ -5,8 +5,8 @@ from __future__ import annotations
 import sys
 import uuid
 
-from app.data.settings import get_settings
-from app.logging_config import configure_logging
+from service.logging_config import configure_logging
+from service.settings import get_settings
 
 
 def main(argv: list[str] | None = None) -> None:

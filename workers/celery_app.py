@@ -1,9 +1,9 @@
-"""The worker's Celery app, built from the same settings as the API's sender (app.data.queue)."""
+"""The worker's Celery app, built from the same settings as the API's sender (service.queue)."""
 
 from __future__ import annotations
 
-from app.data.queue import make_celery
-from app.data.settings import get_settings
+from service.queue import make_celery
+from service.settings import get_settings
 
 app = make_celery(get_settings(), main="parvis-worker")
 app.conf.update(

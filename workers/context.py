@@ -8,10 +8,10 @@ from functools import lru_cache
 from celery import Celery
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.data.db import make_engine, make_session_factory
-from app.data.queue import make_celery
-from app.data.settings import Settings, get_settings
-from app.data.store import ArtifactStore, make_store
+from service.db import make_engine, make_session_factory
+from service.queue import make_celery
+from service.settings import Settings, get_settings
+from service.store import ArtifactStore, make_store
 
 
 @dataclass

@@ -13,9 +13,9 @@ import logging
 from celery import Celery
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.data import jobs as job_state
-from app.data.queue import enqueue_job
-from app.data.settings import Settings
+from service import jobs as job_state
+from service.queue import enqueue_job
+from service.settings import Settings
 
 logger = logging.getLogger("parvis.worker")
 

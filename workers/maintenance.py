@@ -22,13 +22,13 @@ from datetime import datetime, timedelta
 from sqlalchemy import delete
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.data import jobs as job_state
-from app.data.db import make_engine, make_session_factory
-from app.data.models import WorkerHeartbeat, utcnow
-from app.data.queue import make_celery, redis_client
-from app.data.retention import sweep_expired
-from app.data.settings import Settings
-from app.data.store import make_store
+from service import jobs as job_state
+from service.db import make_engine, make_session_factory
+from service.models import WorkerHeartbeat, utcnow
+from service.queue import make_celery, redis_client
+from service.retention import sweep_expired
+from service.settings import Settings
+from service.store import make_store
 from workers.dispatch import send_jobs, send_unsent
 
 logger = logging.getLogger("parvis.worker")
@@ -139,7 +139,7 @@ class Maintenance(threading.Thread):
             self.broker_lost_at = utcnow()
 
     def sweep(self) -> None:
-        """Delete expired jobs, samplers and data sets with their bytes (app/data/retention.py), at most every
+        """Delete expired jobs, samplers and data sets with their bytes (service/retention.py), at most every
         `sweep_interval_seconds`; a failed sweep is logged and retried at the next interval."""
         now = time.monotonic()
         if self.last_sweep is not None and now - self.last_sweep < self.settings.sweep_interval_seconds:

@@ -1,6 +1,6 @@
 """Run one job: claim it, resume from its checkpoint, heartbeat, report, checkpoint, store the result.
 
-Every write is fenced by the lease (app.data.jobs): if the reaper has handed the job to another worker,
+Every write is fenced by the lease (service.jobs): if the reaper has handed the job to another worker,
 this one stops at the next step boundary without writing anything.
 """
 
@@ -15,14 +15,6 @@ import time
 import uuid
 from typing import Any
 
-from app.data import jobs as job_state
-from app.data.arrays import npy_bytes
-from app.data.datasets import dataset_loader
-from app.data.jobs import Lease
-from app.data.models import Artifact, Job, Sampler
-from app.data.predictors import store_predictor
-from app.data.samplers import artifact_row, store_sampler
-from app.logging_config import ContextThread, log_context
 from inference_core import errors
 from inference_core.methods.base import Method
 from inference_core.metrics.quality import with_sampler_certificate
@@ -30,8 +22,16 @@ from inference_core.samplers.certificate import sampler_quality
 from inference_core.serialization import state_from_bytes, state_to_bytes
 from inference_core.targets import BuildContext, build_target
 from inference_core.training import RunHooks, RunResult, run
+from service import jobs as job_state
+from service.arrays import npy_bytes
+from service.datasets import dataset_loader
+from service.jobs import Lease
+from service.logging_config import ContextThread, log_context
+from service.models import Artifact, Job, Sampler
+from service.samplers import artifact_row, store_sampler
 from workers.context import WorkerContext, worker_context
 from workers.dispatch import send_unsent
+from workers.predictors import store_predictor
 
 logger = logging.getLogger("parvis.worker")
 

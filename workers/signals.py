@@ -19,7 +19,7 @@ import psutil
 from celery.exceptions import CPendingDeprecationWarning
 from celery.signals import worker_process_init, worker_ready, worker_shutdown, worker_shutting_down
 
-from app.data.settings import get_settings
+from service.settings import get_settings
 from workers.context import reset_worker_context
 from workers.maintenance import Maintenance
 
@@ -38,7 +38,7 @@ def _start_maintenance(sender: Any = None, **_: Any) -> None:
 
 @worker_ready.connect
 def _quiet_cancel_nudge(**_: Any) -> None:
-    """Running tasks keep going through a broker outage on purpose (app.data.queue): Celery's nudge to cancel
+    """Running tasks keep going through a broker outage on purpose (service.queue): Celery's nudge to cancel
     them instead, logged at every connection loss, does not apply. Set after Celery's own log set-up, which
     turns its pending-deprecation warnings to 'always'."""
     warnings.filterwarnings("ignore", message=r"\s*In Celery 5\.1 we introduced", category=CPendingDeprecationWarning)

@@ -11,8 +11,8 @@ from collections.abc import Callable
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.data.jobs import new_id
-from app.data.models import ApiKey, utcnow
+from service.jobs import new_id
+from service.models import ApiKey, utcnow
 
 LOCAL_TENANT = "local"
 

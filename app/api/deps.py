@@ -11,8 +11,8 @@ from sqlalchemy.orm import Session
 
 from app.api.auth import LOCAL_TENANT, tenant_for_bearer
 from app.api.problems import Problem
-from app.data.settings import Settings
-from app.data.store import ArtifactStore
+from service.settings import Settings
+from service.store import ArtifactStore
 
 
 def get_settings_dep(request: Request) -> Settings:

@@ -23,7 +23,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.auth import tenant_for_bearer
-from app.logging_config import bind_log_context
+from service.logging_config import bind_log_context
 
 logger = logging.getLogger("parvis.api")
 PUBLIC_PREFIXES = ("/v1/health/", "/v1/openapi.json", "/v1/docs", "/metrics", "/ui")

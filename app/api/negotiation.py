@@ -11,7 +11,7 @@ from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
 
 from app.api.problems import Problem
-from app.data.arrays import load_npy, npy_bytes
+from service.arrays import load_npy, npy_bytes
 
 __all__ = ["NPY", "JSON", "array_response", "choose_array_format", "load_npy", "npy_bytes", "npy_chunks"]
 

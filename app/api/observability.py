@@ -35,8 +35,8 @@ from starlette.types import Scope
 
 from app.api.middleware import RequestObserverMiddleware
 from app.api.problems import Problem
-from app.data.models import JOB_STATUSES, Job, utcnow
-from app.data.settings import Settings
+from service.models import JOB_STATUSES, Job, utcnow
+from service.settings import Settings
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 JOB_DURATION_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 3 * 3600, 12 * 3600, 24 * 3600, 7 * 24 * 3600)

@@ -1,14 +1,14 @@
 """The 410 answer for an expired job, sampler or data set, and the expiry a client asks for at creation (see
-app/data/retention.py)."""
+service/retention.py)."""
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
 
 from app.api.problems import Problem
-from app.data.models import utcnow
-from app.data.retention import expires_at_for, max_retention_for
-from app.data.settings import Settings
+from service.models import utcnow
+from service.retention import expires_at_for, max_retention_for
+from service.settings import Settings
 
 RETENTION_QUERY_DESCRIPTION = ("seconds to keep it (and, for a job, its sampler) after creation; default: the "
                                "tenant's retention; at most the tenant's maximum (else 422 retention_too_long)")

@@ -20,8 +20,8 @@ from collections import Counter
 from typing import Any, Protocol
 
 from app.api.problems import Problem
-from app.data.queue import redis_client
-from app.data.settings import Settings
+from service.queue import redis_client
+from service.settings import Settings
 
 logger = logging.getLogger("parvis.api")
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from app.data.models import PendingDeletion
+from service.models import PendingDeletion
 from tests.integration.test_retention_metrics import GENERATOR_SPEC, engine_of, folder
 from tests.support.stack import assert_problem, wait_for
 

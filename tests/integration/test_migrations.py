@@ -8,9 +8,9 @@ import pytest
 from alembic import command
 from sqlalchemy import inspect
 
-from app.data.db import make_engine
-from app.data.models import Base
-from app.migrate import alembic_config
+from service.db import make_engine
+from service.migrate import alembic_config
+from service.models import Base
 from tests.support.stack import PostgresDatabase
 
 pytestmark = pytest.mark.integration

@@ -16,8 +16,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import Engine, update
 
-from app.data.db import make_engine
-from app.data.models import DatasetRecord, Job, Sampler, utcnow
+from service.db import make_engine
+from service.models import DatasetRecord, Job, Sampler, utcnow
 from tests.integration.conftest import MODES
 from tests.support.stack import Stack, free_port, wait_for
 
@@ -129,7 +129,7 @@ def test_expired_resources_answer_410_then_the_sweeper_deletes_rows_and_bytes(ma
         stack.start_worker()
         for path in (f"/v1/jobs/{job_id}", f"/v1/samplers/{sampler_id}", f"/v1/datasets/{dataset_id}"):
             wait_for(lambda p=path: stack.client.get(p).status_code == 404, 60, what=f"{path} to be swept")
-        # the sweeper commits a row's deletion before it deletes the bytes (app.data.retention.delete_bytes), so
+        # the sweeper commits a row's deletion before it deletes the bytes (service.retention.delete_bytes), so
         # a 404 can come a moment before the folder goes
         for kind, object_id in (("jobs", job_id), ("samplers", sampler_id), ("datasets", dataset_id)):
             wait_for(lambda k=kind, i=object_id: not folder(stack, k, i).exists(), 10,

@@ -35,8 +35,8 @@ from schemathesis.checks import (
     unsupported_method,
 )
 
-from app.data.settings import Settings
 from app.main import create_app
+from service.settings import Settings
 from tests.support.inprocess import run_worker
 from tests.support.stack import Stack
 

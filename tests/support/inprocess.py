@@ -3,12 +3,12 @@ Celery worker does with the job's message, without a broker consumer or a subpro
 
 from __future__ import annotations
 
-from app.data import jobs as job_state
-from app.data.db import make_engine, make_session_factory
-from app.data.models import Job
-from app.data.queue import make_celery
-from app.data.settings import Settings
-from app.data.store import make_store
+from service import jobs as job_state
+from service.db import make_engine, make_session_factory
+from service.models import Job
+from service.queue import make_celery
+from service.settings import Settings
+from service.store import make_store
 from workers.context import WorkerContext
 from workers.runner import JobExecution
 

@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from app.data.settings import Settings
 from app.main import create_app
-from app.migrate import upgrade
+from service.migrate import upgrade
+from service.settings import Settings
 
 
 @pytest.fixture

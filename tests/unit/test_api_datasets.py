@@ -11,9 +11,9 @@ from fastapi.testclient import TestClient
 from sqlalchemy import update
 
 from app.api.auth import create_api_key
-from app.data.db import make_engine, make_session_factory
-from app.data.models import Job
 from inference_core.datasets import dataset_from_npz
+from service.db import make_engine, make_session_factory
+from service.models import Job
 from tests.unit.test_api_jobs import assert_problem
 
 RNG = np.random.default_rng(0)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from app.data.settings import Settings
 from app.main import create_app
+from service.settings import Settings
 
 API_DOC = Path(__file__).resolve().parents[2] / "docs" / "api.md"
 ROW = re.compile(r"^\| (GET|POST|PUT|PATCH|DELETE) \| (/\S*?)(?:\?\S*)? \|", re.MULTILINE)

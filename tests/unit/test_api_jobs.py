@@ -10,8 +10,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.api.auth import create_api_key
-from app.data.db import make_engine, make_session_factory
-from app.data.settings import Settings
+from service.db import make_engine, make_session_factory
+from service.settings import Settings
 
 GOOD = {
     "method": "svgd",

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from app.api.auth import create_api_key
-from app.data.db import make_engine, make_session_factory
-from app.data.settings import Settings
 from inference_core.samplers import load
+from service.db import make_engine, make_session_factory
+from service.settings import Settings
 from tests.support.inprocess import run_worker
 from tests.support.threads import single_torch_thread  # noqa: F401  (autouse fixture)
 from tests.unit.test_api_jobs import assert_problem

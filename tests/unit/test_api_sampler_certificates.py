@@ -12,14 +12,14 @@ import pytest
 import scipy.stats as st
 import torch
 
-from app.data.db import make_engine, make_session_factory
-from app.data.jobs import new_id
-from app.data.models import Job
-from app.data.samplers import store_sampler
-from app.data.store import make_store
 from inference_core.samplers.certificate import corrected_draws, sampler_quality
 from inference_core.targets import BuildContext, build_target
 from inference_core.training import run
+from service.db import make_engine, make_session_factory
+from service.jobs import new_id
+from service.models import Job
+from service.samplers import store_sampler
+from service.store import make_store
 from tests.unit.test_api_jobs import assert_problem
 from workers.runner import json_safe
 

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 from app.api.auth import create_api_key
-from app.data.db import make_engine, make_session_factory
-from app.data.jobs import new_id
-from app.data.models import Job
-from app.data.samplers import store_sampler
-from app.data.store import make_store
 from inference_core.training import run
+from service.db import make_engine, make_session_factory
+from service.jobs import new_id
+from service.models import Job
+from service.samplers import store_sampler
+from service.store import make_store
 from tests.unit.test_api_jobs import assert_problem
 
 

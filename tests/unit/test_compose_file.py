@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from app.cli import build_parser
-from app.data.settings import Settings
+from service.settings import Settings
 
 COMPOSE = Path(__file__).resolve().parents[2] / "docker-compose.yml"
 INTERPOLATION = re.compile(r"\$\{(\w+)(?::[-?]([^}]*))?\}")

@@ -1,4 +1,4 @@
-"""The embedded broker (app/data/embedded_broker.py): kombu's filesystem transport with whole-file messages.
+"""The embedded broker (service/embedded_broker.py): kombu's filesystem transport with whole-file messages.
 
 Stock kombu creates a message file and then writes it; a consumer between the two read an empty file, and the
 worker stopped with JSONDecodeError (the integration suite caught it once). These tests use real kombu
@@ -14,9 +14,9 @@ import pytest
 from kombu import Connection, Exchange, Queue
 from kombu.utils.json import dumps as json_dumps
 
-from app.data.embedded_broker import EMBEDDED_SCHEME
-from app.data.queue import celery_config
-from app.data.settings import Settings
+from service.embedded_broker import EMBEDDED_SCHEME
+from service.queue import celery_config
+from service.settings import Settings
 
 
 def options(folder: Path) -> dict[str, object]:
@@ -54,7 +54,7 @@ def test_a_message_appears_whole_under_the_consumer_s_name(tmp_path: Path) -> No
 
 
 @pytest.mark.parametrize(("scheme", "module"), [("filesystem", "kombu.transport.filesystem"),
-                                                 (EMBEDDED_SCHEME, "app.data.embedded_broker")])
+                                                 (EMBEDDED_SCHEME, "service.embedded_broker")])
 def test_no_consumable_file_exists_while_a_message_is_being_written(tmp_path: Path, scheme: str, module: str,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """What a consumer polling during a put could see: stock kombu has the (still empty) message file in place

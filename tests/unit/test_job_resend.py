@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.data import jobs as job_state
-from app.data.db import make_engine, make_session_factory
-from app.data.models import Job, utcnow
-from app.data.queue import make_celery
-from app.data.settings import Settings
-from app.migrate import upgrade
+from service import jobs as job_state
+from service.db import make_engine, make_session_factory
+from service.migrate import upgrade
+from service.models import Job, utcnow
+from service.queue import make_celery
+from service.settings import Settings
 from tests.support.stack import free_port
 from workers.dispatch import send_unsent
 

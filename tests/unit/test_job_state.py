@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy.orm import Session
 
-from app.data import jobs as job_state
-from app.data.db import make_engine, make_session_factory
-from app.data.models import Job, MetricPoint, utcnow
-from app.migrate import upgrade
+from service import jobs as job_state
+from service.db import make_engine, make_session_factory
+from service.migrate import upgrade
+from service.models import Job, MetricPoint, utcnow
 
 
 @pytest.fixture

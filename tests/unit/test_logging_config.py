@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from app.logging_config import JsonFormatter, bind_log_context, current_log_context, log_context
+from service.logging_config import JsonFormatter, bind_log_context, current_log_context, log_context
 
 
 @pytest.fixture

@@ -15,10 +15,10 @@ import pytest
 import uvicorn
 
 from app.api.auth import create_api_key
-from app.data.db import make_engine, make_session_factory
-from app.data.settings import Settings
 from app.main import create_app
-from app.migrate import upgrade
+from service.db import make_engine, make_session_factory
+from service.migrate import upgrade
+from service.settings import Settings
 from tests.support.stack import free_port, wait_for
 
 PROBLEM = "application/problem+json"

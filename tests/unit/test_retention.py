@@ -10,13 +10,13 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.data.db import make_engine, make_session_factory
-from app.data.jobs import new_id
-from app.data.models import Artifact, DatasetRecord, Job, JobDataset, MetricPoint, Sampler, utcnow
-from app.data.retention import expires_at_for, job_is_expired, retention_for, sweep_expired
-from app.data.settings import Settings
-from app.data.store import LocalArtifactStore
-from app.migrate import upgrade
+from service.db import make_engine, make_session_factory
+from service.jobs import new_id
+from service.migrate import upgrade
+from service.models import Artifact, DatasetRecord, Job, JobDataset, MetricPoint, Sampler, utcnow
+from service.retention import expires_at_for, job_is_expired, retention_for, sweep_expired
+from service.settings import Settings
+from service.store import LocalArtifactStore
 
 PAST = timedelta(minutes=-1)
 FUTURE = timedelta(days=1)
@@ -192,7 +192,7 @@ class RefusingStore(LocalArtifactStore):
 
 
 def test_failed_byte_deletions_stay_recorded_until_a_later_sweep_succeeds(sessions, tmp_path: Path) -> None:
-    from app.data.models import PendingDeletion
+    from service.models import PendingDeletion
 
     store = RefusingStore(tmp_path / "refusing")
     with sessions() as session:
@@ -217,7 +217,7 @@ def test_failed_byte_deletions_stay_recorded_until_a_later_sweep_succeeds(sessio
 def test_client_retention_is_bounded_by_the_tenant_maximum() -> None:
     from app.api.problems import Problem
     from app.api.retention import requested_expiry
-    from app.data.retention import max_retention_for
+    from service.retention import max_retention_for
 
     now = utcnow()
     settings = Settings(retention_days=1, retention_days_by_tenant={"keeper": 0})

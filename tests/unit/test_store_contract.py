@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from app.data.settings import Settings
-from app.data.store import ArtifactStore, LocalArtifactStore, S3ArtifactStore, make_store
+from service.settings import Settings
+from service.store import ArtifactStore, LocalArtifactStore, S3ArtifactStore, make_store
 from tests.support.s3 import DroppingProxy, S3Server, running_s3_server
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from app.data.settings import Settings
+from service.settings import Settings
 
 GOOD: dict[str, Any] = {
     "method": "svgd",

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from app.data.settings import Settings
 from app.main import create_app
 from benchmarks.tutorial_figures import TUTORIAL, python_blocks
 from inference_core.catalog import METHODS, TARGET_KINDS
+from service.settings import Settings
 
 CALL = re.compile(r"""api\.(get|post|delete)\(\s*f?"(/v1/[^"]*)\"""")
 

@@ -14,10 +14,10 @@ from app.api.deps import CurrentTenant, SessionDep, SettingsDep, StoreDep
 from app.api.pagination import clamp_page_size, decode_token, encode_token
 from app.api.problems import Problem, not_found
 from app.api.retention import RETENTION_QUERY_DESCRIPTION, expired, requested_expiry
-from app.data.datasets import owned_dataset, save_dataset
-from app.data.models import Artifact, DatasetRecord, Job, JobDataset, utcnow
-from app.data.retention import delete_bytes, is_expired, not_expired
 from inference_core.datasets import DatasetTooLarge, UnsupportedMediaType, parse_dataset_upload
+from service.datasets import owned_dataset, save_dataset
+from service.models import Artifact, DatasetRecord, Job, JobDataset, utcnow
+from service.retention import delete_bytes, is_expired, not_expired
 
 router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
 

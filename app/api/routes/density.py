@@ -20,8 +20,8 @@ from app.api.problems import Problem
 from app.api.routes.jobs import owned_job
 from app.api.routes.targets import json_floats, no_pointwise_density
 from app.api.sampling import one_intra_op_thread
-from app.data.datasets import dataset_loader
 from inference_core.catalog import TARGET_KINDS
+from service.datasets import dataset_loader
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 

@@ -22,7 +22,7 @@ from app.api.deps import CurrentTenant, SettingsDep
 from app.api.problems import DATABASE_UNAVAILABLE_ERRORS
 from app.api.routes.jobs import job_out, owned_job, sampler_ids
 from app.api.stream_slots import StreamSlot
-from app.data.models import TERMINAL_STATUSES
+from service.models import TERMINAL_STATUSES
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 

@@ -11,7 +11,7 @@ from sqlalchemy import func, select, text
 
 from app.api.deps import SenderDep, SessionDep, SettingsDep
 from app.api.schemas import Health
-from app.data.models import WorkerHeartbeat, utcnow
+from service.models import WorkerHeartbeat, utcnow
 
 router = APIRouter(prefix="/v1/health", tags=["health"])
 

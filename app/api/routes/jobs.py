@@ -18,9 +18,13 @@ from app.api.pagination import clamp_page_size, decode_token, encode_token
 from app.api.problems import Problem, not_found
 from app.api.retention import RETENTION_QUERY_DESCRIPTION, expired, requested_expiry
 from app.api.schemas import JobError, JobList, JobOut, MetricPointOut, MetricTrace, Progress
-from app.data.datasets import owned_dataset
-from app.data.jobs import new_id
-from app.data.models import (
+from inference_core.catalog import TARGET_KINDS
+from inference_core.datasets import dataset_ref_ids
+from inference_core.datasets.columns import DatasetShape
+from inference_core.spec import Limits, check_job_memory, spec_fingerprint, validate_job_spec
+from service.datasets import owned_dataset
+from service.jobs import new_id
+from service.models import (
     JOB_STATUSES,
     TERMINAL_STATUSES,
     Artifact,
@@ -30,14 +34,10 @@ from app.data.models import (
     Sampler,
     utcnow,
 )
-from app.data.queue import enqueue_job
-from app.data.quota import lock_tenant_jobs
-from app.data.retention import delete_bytes, is_expired, job_is_expired, job_is_live
-from app.data.settings import Settings
-from inference_core.catalog import TARGET_KINDS
-from inference_core.datasets import dataset_ref_ids
-from inference_core.datasets.columns import DatasetShape
-from inference_core.spec import Limits, check_job_memory, spec_fingerprint, validate_job_spec
+from service.queue import enqueue_job
+from service.quota import lock_tenant_jobs
+from service.retention import delete_bytes, is_expired, job_is_expired, job_is_live
+from service.settings import Settings
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 logger = logging.getLogger("parvis.api")
@@ -171,7 +171,7 @@ def submit_job(
     normalized = spec.model_dump(mode="json")
     fingerprint = spec_fingerprint(normalized)
 
-    # The key lookup, the count and the insert below are one serialised step per tenant (app.data.quota):
+    # The key lookup, the count and the insert below are one serialised step per tenant (service.quota):
     # concurrent submits cannot all see room under the cap, and a retry of a key sees the first one's job.
     # The lock ends with the transaction (commit or rollback).
     lock_tenant_jobs(session, tenant)

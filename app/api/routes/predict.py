@@ -24,9 +24,9 @@ from app.api.problems import Problem
 from app.api.routes.jobs import owned_job
 from app.api.routes.samplers import owned_sampler, sampler_artifacts
 from app.api.sampling import one_intra_op_thread
-from app.data.models import Artifact, Sampler
-from app.data.predictors import PREDICTOR_ROLE
-from app.data.settings import Settings
+from service.models import Artifact, Sampler
+from service.samplers import PREDICTOR_ROLE
+from service.settings import Settings
 
 router = APIRouter(tags=["predict"])
 

@@ -22,9 +22,9 @@ from app.api.pagination import clamp_page_size, decode_token, encode_token
 from app.api.problems import Problem, not_found
 from app.api.retention import expired
 from app.api.sampling import BYTES_PER_VALUE, draw, values_per_draw
-from app.data.models import Artifact, Job, Sampler, utcnow
-from app.data.retention import delete_bytes, is_expired, not_expired
-from app.data.samplers import ONNX_MEDIA_TYPE, ZIP_MEDIA_TYPE
+from service.models import Artifact, Job, Sampler, utcnow
+from service.retention import delete_bytes, is_expired, not_expired
+from service.samplers import ONNX_MEDIA_TYPE, ZIP_MEDIA_TYPE
 
 router = APIRouter(prefix="/v1/samplers", tags=["samplers"])
 

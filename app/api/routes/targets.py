@@ -20,10 +20,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from app.api.deps import CurrentTenant, SessionDep, SettingsDep, StoreDep
 from app.api.problems import Problem
 from app.api.routes.jobs import check_dataset_refs, limits_from
-from app.data.datasets import dataset_loader
 from inference_core import errors
 from inference_core.catalog import METHODS
 from inference_core.spec import parse_target_spec
+from service.datasets import dataset_loader
 
 router = APIRouter(prefix="/v1/targets", tags=["targets"])
 

@@ -145,11 +145,11 @@ def test_a_target_without_a_density_is_refused() -> None:
 def test_the_service_serves_the_mfvi_sampler(make_client) -> None:
     """Stored as the worker stores it, POST /v1/samplers/{id}/sample returns the sampler's own seeded draws."""
     from app.api.auth import create_api_key
-    from app.data.db import make_engine, make_session_factory
-    from app.data.jobs import new_id
-    from app.data.models import Job
-    from app.data.samplers import store_sampler
-    from app.data.store import make_store
+    from service.db import make_engine, make_session_factory
+    from service.jobs import new_id
+    from service.models import Job
+    from service.samplers import store_sampler
+    from service.store import make_store
 
     trained = run(gaussian_job({"init_std": 0.8}, steps=20)).method.sampler()
     client, settings = make_client(auth_enabled=True)

@@ -113,7 +113,7 @@ def configure_logging(log_format: str | None = None, level: str = "INFO") -> dic
     """Set up this process's logging (format from `PARVIS_LOG_FORMAT` unless given); returns the dict config,
     for uvicorn's `log_config`."""
     if log_format is None:
-        from app.data.settings import Settings
+        from service.settings import Settings
 
         log_format = Settings().log_format
     config = logging_dict_config(log_format, level)

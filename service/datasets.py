@@ -8,10 +8,10 @@ from datetime import datetime
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.data.jobs import new_id
-from app.data.models import Artifact, DatasetRecord
-from app.data.store import ArtifactStore
 from inference_core.datasets import Dataset, dataset_from_npz, dataset_to_npz
+from service.jobs import new_id
+from service.models import Artifact, DatasetRecord
+from service.store import ArtifactStore
 
 DATASET_MEDIA_TYPE = "application/x-npz"
 

@@ -6,13 +6,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from app.data.models import Artifact
-from app.data.samplers import ZIP_MEDIA_TYPE, artifact_row
-from app.data.store import ArtifactStore
+from service.models import Artifact
+from service.samplers import PREDICTOR_ROLE, ZIP_MEDIA_TYPE, artifact_row
+from service.store import ArtifactStore
 
 logger = logging.getLogger("parvis.worker")
-
-PREDICTOR_ROLE = "predictor"
 
 
 def predictor_key(job_id: str) -> str:

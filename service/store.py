@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from app.data.settings import Settings
+    from service.settings import Settings
 
 _KEY = re.compile(r"^[A-Za-z0-9_\-]+(/[A-Za-z0-9_\-][A-Za-z0-9_.\-]*)*$")
 
@@ -89,7 +89,7 @@ class LocalArtifactStore(ArtifactStore):
         return self._path(key).is_file()
 
     def delete_prefix(self, prefix: str) -> None:
-        """Raises when something could not be deleted (the caller retries it: app/data/retention.py); what is
+        """Raises when something could not be deleted (the caller retries it: service/retention.py); what is
         already gone, also by a concurrent delete, is not an error."""
         path = self._path(prefix.rstrip("/"))
         if path.is_dir():
@@ -183,7 +183,7 @@ def make_store(url: str, settings: Settings | None = None) -> ArtifactStore:
     the `s3_*` settings (default: this process's settings)."""
     if url.startswith("s3://"):
         if settings is None:
-            from app.data.settings import get_settings
+            from service.settings import get_settings
 
             settings = get_settings()
         bucket, _, prefix = url.removeprefix("s3://").partition("/")

@@ -5,14 +5,16 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from app.data.jobs import new_id
-from app.data.models import Artifact, Sampler
-from app.data.store import ArtifactStore, StoredBlob
+from service.jobs import new_id
+from service.models import Artifact, Sampler
+from service.store import ArtifactStore, StoredBlob
 
 logger = logging.getLogger("parvis.worker")
 
 ZIP_MEDIA_TYPE = "application/zip"
 ONNX_MEDIA_TYPE = "application/onnx"
+#: The artifact role of a particle job's predictor (`jobs/<id>/predictor.zip`, workers/predictors.py).
+PREDICTOR_ROLE = "predictor"
 
 
 def artifact_row(blob: StoredBlob, tenant_id: str, role: str, media_type: str, *, job_id: str | None = None,

@@ -8,7 +8,7 @@ message is written under a temporary name the consumer does not match and then r
 is atomic within a folder), so consumers only ever see whole messages; and a file that still does not decode
 (put there by something else) is logged and skipped rather than stopping the worker.
 
-Celery reaches this transport through the alias `EMBEDDED_SCHEME` (`app.data.queue.celery_config`).
+Celery reaches this transport through the alias `EMBEDDED_SCHEME` (`service.queue.celery_config`).
 """
 
 from __future__ import annotations

@@ -229,7 +229,7 @@ class WorkerHeartbeat(Base):
 class PendingDeletion(Base):
     """Artifact bytes (a store key or key prefix) whose rows are deleted but whose deletion from the store has
     not succeeded yet. Recorded in the transaction that deletes the rows, removed once the bytes are gone;
-    the retention sweeper retries what is left (app/data/retention.py), so no bytes are orphaned for good."""
+    the retention sweeper retries what is left (service/retention.py), so no bytes are orphaned for good."""
 
     __tablename__ = "pending_deletions"
 

@@ -23,7 +23,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, delete, or_, select, update
 from sqlalchemy.orm import Session
 
-from app.data.models import (
+from service.models import (
     JOB_STATUSES,
     TERMINAL_STATUSES,
     Artifact,
@@ -34,8 +34,8 @@ from app.data.models import (
     Sampler,
     utcnow,
 )
-from app.data.settings import Settings
-from app.data.store import ArtifactStore
+from service.settings import Settings
+from service.store import ArtifactStore
 
 logger = logging.getLogger("parvis.retention")
 

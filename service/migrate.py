@@ -7,12 +7,10 @@ from pathlib import Path
 from alembic import command
 from alembic.config import Config
 
-import migrations
-
 
 def alembic_config(database_url: str) -> Config:
     config = Config()
-    config.set_main_option("script_location", str(Path(migrations.__file__).parent))
+    config.set_main_option("script_location", str(Path(__file__).parent / "migrations"))
     config.attributes["database_url"] = database_url
     return config
 

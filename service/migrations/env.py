@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from alembic import context
 
-from app.data.db import make_engine
-from app.data.models import Base, UTCDateTime
-from app.data.settings import get_settings
+from service.db import make_engine
+from service.models import Base, UTCDateTime
+from service.settings import get_settings
 
 config = context.config
 target_metadata = Base.metadata

@@ -10,8 +10,8 @@ from typing import Any
 
 from celery import Celery
 
-from app.data.embedded_broker import EMBEDDED_SCHEME
-from app.data.settings import Settings
+from service.embedded_broker import EMBEDDED_SCHEME
+from service.settings import Settings
 
 RUN_JOB_TASK = "parvis.run_job"
 
@@ -42,7 +42,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         control_dir = settings.broker_dir / "control"
         for folder in (queue_dir, processed_dir, control_dir):
             folder.mkdir(parents=True, exist_ok=True)
-        # kombu's filesystem transport with whole-file messages (app/data/embedded_broker.py)
+        # kombu's filesystem transport with whole-file messages (service/embedded_broker.py)
         config["broker_url"] = settings.broker_url.replace("filesystem://", f"{EMBEDDED_SCHEME}://", 1)
         config["broker_transport_options"] = {
             "data_folder_in": str(queue_dir),

@@ -9,7 +9,7 @@ one tenant take turns until their transaction ends (commit or rollback), with no
   tenants are not blocked, and each count runs after the previous holder's insert is committed.
 * SQLite: the database's write lock, taken up front with `BEGIN IMMEDIATE` (pysqlite would only take it at
   the INSERT, after the count). SQLite has one writer at a time anyway, so this serialises every writer for
-  the few milliseconds of a submit; busy_timeout (app.data.db) makes the others wait, not fail.
+  the few milliseconds of a submit; busy_timeout (service.db) makes the others wait, not fail.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def lock_tenant_jobs(session: Session, tenant: str) -> None:
         connection.execute(text("SELECT pg_advisory_xact_lock(hashtext(:key))"),
                            {"key": f"{QUOTA_LOCK_NAMESPACE}:{tenant}"})
     elif dialect == "sqlite":
-        # pysqlite's default transaction control (which app.data.db keeps) begins a transaction only before
+        # pysqlite's default transaction control (which service.db keeps) begins a transaction only before
         # a write: reads so far ran outside one. If one is open, a write is pending and this connection
         # holds the write lock already: nothing more to take.
         if not connection.connection.driver_connection.in_transaction:

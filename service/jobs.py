@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
-from app.data.models import Artifact, Job, MetricPoint, Sampler, utcnow
+from service.models import Artifact, Job, MetricPoint, Sampler, utcnow
 
 
 def new_id(prefix: str) -> str:
