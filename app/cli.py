@@ -177,11 +177,43 @@ def cmd_db_upgrade(args: argparse.Namespace) -> int:
     return 0
 
 
+def _schema_ready(settings) -> bool:  # noqa: ANN001 - service.settings.Settings, imported lazily
+    """Make sure the database has the schema before a `keys` command: the embedded default SQLite database is
+    migrated here (as `parvis serve` does); an external one without the schema gets a one-line hint."""
+    from sqlalchemy import inspect
+    from sqlalchemy.engine import make_url
+
+    from service.db import make_engine
+    from service.migrate import upgrade
+
+    if not os.environ.get("PARVIS_DATABASE_URL"):
+        upgrade(settings.database_url)
+        return True
+    from sqlalchemy.exc import OperationalError
+
+    where = make_url(settings.database_url).render_as_string(hide_password=True)
+    engine = make_engine(settings.database_url)
+    try:
+        present = inspect(engine).has_table("api_keys")
+    except OperationalError as exc:
+        print(f"parvis: error: cannot open the database {where}: {str(exc.orig).strip().splitlines()[-1]}",
+              file=sys.stderr)
+        return False
+    finally:
+        engine.dispose()
+    if not present:
+        print(f"parvis: error: the database {where} has no Parvis tables yet; run `parvis db upgrade` first",
+              file=sys.stderr)
+    return present
+
+
 def cmd_keys_create(args: argparse.Namespace) -> int:
-    from app.api.auth import create_api_key
+    from service.api_keys import create_api_key
     from service.db import make_engine, make_session_factory
 
     settings = _settings(args.data_dir)
+    if not _schema_ready(settings):
+        return 1
     engine = make_engine(settings.database_url)
     with make_session_factory(engine)() as session:
         key = create_api_key(session, args.tenant, args.name)
@@ -191,10 +223,12 @@ def cmd_keys_create(args: argparse.Namespace) -> int:
 
 
 def cmd_keys_list(args: argparse.Namespace) -> int:
-    from app.api.auth import list_api_keys
+    from service.api_keys import list_api_keys
     from service.db import make_engine, make_session_factory
 
     settings = _settings(args.data_dir)
+    if not _schema_ready(settings):
+        return 1
     engine = make_engine(settings.database_url)
     with make_session_factory(engine)() as session:
         keys = list_api_keys(session, args.tenant)
@@ -208,10 +242,12 @@ def cmd_keys_list(args: argparse.Namespace) -> int:
 
 
 def cmd_keys_revoke(args: argparse.Namespace) -> int:
-    from app.api.auth import revoke_api_key
+    from service.api_keys import revoke_api_key
     from service.db import make_engine, make_session_factory
 
     settings = _settings(args.data_dir)
+    if not _schema_ready(settings):
+        return 1
     engine = make_engine(settings.database_url)
     with make_session_factory(engine)() as session:
         key, newly = revoke_api_key(session, args.key)
@@ -236,34 +272,47 @@ def build_parser() -> argparse.ArgumentParser:
     def data_dir(p: argparse.ArgumentParser) -> None:
         p.add_argument("--data-dir", default=None, help="embedded data directory (default ./parvis-data)")
 
-    serve = sub.add_parser("serve", help="API + one worker, embedded defaults (SQLite, filesystem broker)")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8000)
+    def command(name: str, summary: str, description: str = "") -> argparse.ArgumentParser:
+        """A subcommand whose one-line summary shows in `parvis --help` and heads its own --help."""
+        return sub.add_parser(name, help=summary, description=f"{summary}. {description}".strip())
+
+    def host_port(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; any other "
+                       "address needs authentication)")
+        p.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
+
+    serve = command("serve", "run the API and one worker with the embedded defaults (SQLite, filesystem task "
+                    "queue, artifacts under the data directory)", "Creates or migrates the database first.")
+    host_port(serve)
     data_dir(serve)
-    serve.add_argument("--auth", dest="auth", action="store_true", default=None, help="require API keys")
-    serve.add_argument("--no-auth", dest="auth", action="store_false", help="no API keys (loopback only)")
+    serve.add_argument("--auth", dest="auth", action="store_true", default=None,
+                       help="require an API key on every request (create one with `parvis keys create`); "
+                       "default: $PARVIS_AUTH_ENABLED, off")
+    serve.add_argument("--no-auth", dest="auth", action="store_false",
+                       help="no API keys: single user, tenant 'local' (only on a loopback --host)")
     serve.set_defaults(func=cmd_serve)
 
-    api = sub.add_parser("api", help="the API alone (cluster deployments)")
-    api.add_argument("--host", default="127.0.0.1")
-    api.add_argument("--port", type=int, default=8000)
+    api = command("api", "run the HTTP API alone, without a worker (cluster deployments)",
+                  "Needs a migrated database (`parvis db upgrade`) and workers started with `parvis worker`.")
+    host_port(api)
     api.add_argument("--workers", type=int, default=1, help="API processes serving the port (uvicorn workers)")
     data_dir(api)
     api.set_defaults(func=cmd_api)
 
-    worker = sub.add_parser("worker", help="one Celery worker")
+    worker = command("worker", "run one Celery worker that trains the queued jobs (cluster deployments)",
+                     "Extra arguments go to `celery worker`, e.g. --concurrency 2.")
     data_dir(worker)
     worker.add_argument("celery_args", nargs=argparse.REMAINDER, help="extra arguments for celery worker")
     worker.set_defaults(func=cmd_worker)
 
-    db = sub.add_parser("db", help="database")
+    db = command("db", "database schema")
     db_sub = db.add_subparsers(dest="db_command", required=True)
     db_upgrade = db_sub.add_parser("upgrade", help="run migrations")
     db_upgrade.add_argument("revision", nargs="?", default="head")
     data_dir(db_upgrade)
     db_upgrade.set_defaults(func=cmd_db_upgrade)
 
-    keys = sub.add_parser("keys", help="API keys")
+    keys = command("keys", "create, list and revoke API keys")
     keys_sub = keys.add_subparsers(dest="keys_command", required=True)
     create = keys_sub.add_parser("create", help="create a key for a tenant (printed once)")
     create.add_argument("--tenant", required=True)

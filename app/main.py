@@ -11,7 +11,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from app.api.access_log import log_access
-from app.api.certificates import TARGET_CACHE_SIZE, TargetCache
+from app.api.compute import TARGET_CACHE_SIZE, ComputePool, TargetCache, default_concurrency
 from app.api.docs import install_offline_docs
 from app.api.middleware import (
     AuthMiddleware,
@@ -25,7 +25,6 @@ from app.api.openapi import add_problem_responses
 from app.api.problems import install_problem_handlers
 from app.api.routes import catalog, datasets, density, events, health, jobs, predict, samplers, targets
 from app.api.sampler_cache import SamplerCache
-from app.api.sampling import ComputePool, default_concurrency
 from app.api.stream_slots import make_stream_slots
 from app.ui.dashboard import install_dashboard
 from inference_core import __version__

@@ -71,8 +71,7 @@ def run_cell(name: str, column: str, device: str, seed: int, options: dict[str, 
         torch.cuda.synchronize()
     wall = time.perf_counter() - started
     method = result.method
-    make_sampler = getattr(method, "sampler", None)
-    sampler = make_sampler() if callable(make_sampler) else None
+    sampler = method.sampler()
     draws = sampler.sample(SAMPLER_DRAWS, seed=0) if sampler is not None else method.particles()
     draws = draws.detach().to("cpu", torch.float64).numpy()
     reference = load_reference(name)
@@ -113,8 +112,7 @@ def smoke_cell(name: str, device: str) -> dict[str, Any]:
     started = time.perf_counter()
     try:
         method = run(spec).method
-        sample = getattr(method, "sampler", None)
-        sampler = sample() if callable(sample) else None
+        sampler = method.sampler()
         inputs = torch.zeros(5, 3) if name == "fvi" else None  # FVI's sampler draws functions at inputs
         out = sampler.sample(50, seed=0, x=inputs) if sampler is not None else method.particles()
     except Exception as exc:

@@ -26,5 +26,5 @@ ready=$(date +%s.%N)
 bash -e try.sh > "$work/try.out" 2>&1
 bash -e samplers.sh > "$work/samplers.out" 2>&1
 finished=$(date +%s.%N)
-.venv/bin/python -c "import numpy as np; a = np.load('draws.npy'); print('draws', a.shape, 'mean', a.mean(0).round(3))"
+.venv/bin/python -c "import numpy as np; a = np.load('/tmp/draws.npy'); print('draws', a.shape, 'mean', a.mean(0).round(3))"
 python3 -c "print(f'clone to ready service: {$ready - $start:.0f} s; clone to 10,000 draws: {$finished - $start:.0f} s')"

@@ -109,7 +109,7 @@ def blr_options(method: str) -> dict[str, Any]:
         options["eps"] = 1e-5
     if method == "ksd":
         # Table 7: 1 hidden layer of 100, critic lr 1e-3, L2 weight 10; ALF's default 2 critic steps/step.
-        options["critic"] = {"hidden": [100], "lr": 1e-3, "l2_weight": 10.0, "steps": 2}
+        options["critic"] = {"hidden": [100], "optimizer": {"name": "adam", "lr": 1e-3}, "l2_weight": 10.0, "steps": 2}
     return options
 
 

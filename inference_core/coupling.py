@@ -1,6 +1,6 @@
 """Affine coupling flows (Real NVP: Dinh, Sohl-Dickstein & Bengio 2017, "Density estimation using Real NVP",
 eq. 7-8): y = z ⊙ m + (1 − m) ⊙ (z ⊙ exp(s(z ⊙ m)) + t(z ⊙ m)) with a random half mask m per layer, log det =
-Σ (1 − m) ⊙ s. `auto` fits one as its neural transport (methods/auto/transport.py) and the generative methods'
+Σ (1 − m) ⊙ s. `auto` fits one as its neural transport (preconditioning/transport.py) and the generative methods'
 `precondition: "flow"` train in its latent space; a sampler stores it (FLOW_PREFIX tensors) and draws through it.
 Here, outside `methods`, so that the samplers the API loads need no training code.
 """

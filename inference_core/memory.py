@@ -9,6 +9,7 @@ itself are bounded by the request size cap and left out.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from inference_core.schemas.kernels import EXACT_MAX_N, exact_median_over_particles
@@ -38,33 +39,66 @@ PARAMETER_COPIES = 4
 ACTIVATION_COPIES = 8
 
 
+#: A memory rule: (validated options, n particles, dimension d, bytes per number) → bytes of the method's working
+#: set, before the evaluator's reference draws and the pairwise scratch (which `job_memory_bytes` adds).
+MemoryRule = Callable[[Any, int, int, int], int]
+
+#: Each method's rule, by its options schema; registered next to the schema (`memory_rule`), looked up along
+#: the options' class hierarchy. Schemas with none take `particle_bytes`.
+MEMORY_RULES: dict[type, MemoryRule] = {}
+
+
+def memory_rule(schema: type) -> Callable[[MemoryRule], MemoryRule]:
+    """Register the decorated function as the memory rule of the options schema `schema` (and its subclasses
+    that register none of their own)."""
+
+    def register(rule: MemoryRule) -> MemoryRule:
+        MEMORY_RULES[schema] = rule
+        return rule
+
+    return register
+
+
+def rule_for(options: Any) -> MemoryRule:
+    """The memory rule of an options object: the nearest registered class in its MRO, else `particle_bytes`."""
+    for cls in type(options).__mro__:
+        if cls in MEMORY_RULES:
+            return MEMORY_RULES[cls]
+    return particle_bytes
+
+
 def mlp_parameters(widths: list[int]) -> int:
     """Weights and biases of a dense MLP with these layer widths (input first, output last)."""
     return sum((a + 1) * b for a, b in zip(widths[:-1], widths[1:], strict=True))
 
 
-def _generative_bytes(method: str, options: Any, n: int, d: int, itemsize: int) -> int:
+def dense_solve_bytes(n: int) -> int:
+    """GFSF's dense float64 solve of n×n (DENSE_SOLVE_COPIES arrays)."""
+    return DENSE_SOLVE_COPIES * n * n * 8
+
+
+def particle_bytes(options: Any, n: int, d: int, itemsize: int) -> int:
+    """The default rule (particle methods, `auto`, the function-space methods, the baselines): PARTICLE_COPIES
+    [n, d] arrays, plus an exact median's n² distances where the kernel takes one."""
+    return PARTICLE_COPIES * n * d * itemsize + _exact_median_bytes(options, n, itemsize)
+
+
+def generator_noise_width(options: Any, d: int) -> int:
+    """k, the noise prefix the generator reads (methods.generative.base)."""
     generator = options.generator
-    k = min(generator.noise_dim or min(d, DEFAULT_NOISE_DIM), d)
+    return min(generator.noise_dim or min(d, DEFAULT_NOISE_DIM), d)
+
+
+def generative_bytes(options: Any, n: int, d: int, itemsize: int, expectation: int | None = None) -> int:
+    """The generators' rule: the generator's parameters (PARAMETER_COPIES) and its activations on the updated
+    batch of n and an expectation batch of `expectation` draws (default n) (ACTIVATION_COPIES), noise of up to d
+    columns included."""
+    generator = options.generator
+    k = generator_noise_width(options, d)
     widths = [k, *generator.hidden, d]
-    expectation = getattr(options, "expectation_particles", None) or n
-    batch = n + expectation
+    batch = n + (expectation or n)
     total = PARAMETER_COPIES * mlp_parameters(widths) * itemsize
-    total += ACTIVATION_COPIES * batch * (d + sum(widths)) * itemsize  # noise of up to d columns, layers, output
-    if method == "gpvi_exact":
-        total += ACTIVATION_COPIES * n * k * d * itemsize  # the k×d Jacobian block of each draw
-    elif method == "gpvi" and options.helper == "matrix":
-        helper = options.helper_network
-        layers = [helper.hidden_width] * helper.resolved_layers("matrix")
-        total += PARAMETER_COPIES * mlp_parameters([k, *layers, k * k]) * itemsize
-        total += ACTIVATION_COPIES * n * (k * k + helper.probes * k) * itemsize
-    elif method == "gpvi":  # the pairwise helper runs on all n·n' pairs, layers of width 2·hidden_width
-        helper = options.helper_network
-        pair_width = k + helper.resolved_layers("pairwise") * 2 * helper.hidden_width
-        total += ACTIVATION_COPIES * n * expectation * pair_width * itemsize
-    if method == "amortized_gfsf" and n <= DENSE_SOLVE_MAX_N:
-        total += DENSE_SOLVE_COPIES * n * n * 8
-    return total
+    return total + ACTIVATION_COPIES * batch * (d + sum(widths)) * itemsize
 
 
 def _exact_median_bytes(options: Any, n: int, itemsize: int) -> int:
@@ -76,18 +110,12 @@ def _exact_median_bytes(options: Any, n: int, itemsize: int) -> int:
 
 def job_memory_bytes(method: str, family: str, options: Any, num_particles: int, dim: int,
                      eval_reference_samples: int = 0) -> int:
-    """Estimated peak bytes of a job: `method` and `family` from the catalog, `options` its validated option
-    model, `dim` the target dimension, `eval_reference_samples` the evaluator's exact reference draws."""
+    """Estimated peak bytes of a job: `method` and `family` from the catalog (kept for callers: the rule is the
+    one registered for the options' schema, `rule_for`), `options` its validated option model, `dim` the target
+    dimension, `eval_reference_samples` the evaluator's exact reference draws."""
     n, d = num_particles, dim
     itemsize = ITEMSIZE.get(getattr(options, "dtype", "float32"), 4)
-    if family == "generative":
-        total = _generative_bytes(method, options, n, d, itemsize)
-    else:
-        total = PARTICLE_COPIES * n * d * itemsize
-        if method == "gfsf" and (options.solve_method == "cholesky"
-                                 or (options.solve_method == "auto" and n <= DENSE_SOLVE_MAX_N)):
-            total += DENSE_SOLVE_COPIES * n * n * 8
-        total += _exact_median_bytes(options, n, itemsize)
+    total = rule_for(options)(options, n, d, itemsize)
     total += eval_reference_samples * d * 8
     return int(total + PAIRWISE_SCRATCH_BYTES)
 

@@ -1,7 +1,8 @@
-"""JobSpec (docs/api.md) and its validation: the one place a raw spec becomes a checked, normalised one.
+"""JobSpec (docs/api.md) and its admission: the one place a raw spec becomes a checked, normalised, immutable one.
 
-The API calls `validate_job_spec` before storing anything; workers and `inference_core.run` (training.py) call it again,
-so a spec that reaches training has passed exactly the same checks.
+`admit` validates a raw spec once per process: the API admits it before storing anything, the worker admits the
+stored spec once more (its process trusts nothing it did not check) and hands the `AdmittedSpec` to
+`inference_core.run`, which then validates nothing again. `validate_job_spec` is `admit` for library use.
 """
 
 from __future__ import annotations
@@ -9,13 +10,16 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError
 
 from inference_core import errors
 from inference_core.catalog import METHODS, OWN_INIT_KINDS, TARGET_KINDS, Method
+from inference_core.datasets.columns import DatasetShape
+from inference_core.datasets.resolve import dataset_ref_ids
 from inference_core.memory import format_bytes, job_memory_bytes
 from inference_core.schemas.common import StrictModel, find_nonfinite
 from inference_core.schemas.kernels import EXACT_MAX_N, exact_median_over_particles
@@ -51,6 +55,8 @@ class EvalSpec(StrictModel):
 
 
 class JobSpec(StrictModel):
+    model_config = ConfigDict(frozen=True)  # admitted specs are shared, never edited: model_copy makes variants
+
     method: str = Field(min_length=1, max_length=64)
     target: dict[str, Any]
     num_particles: int = Field(default=100, ge=1)
@@ -112,8 +118,38 @@ def parse_target_spec(raw: Any, limits: Limits | None = None) -> Any:
     return target
 
 
+#: What admission asks about uploaded data sets: their shapes by id (a mapping, or a lookup of the ids a target
+#: names, such as `service.repositories.Datasets.shapes`, which also refuses another tenant's or an expired one).
+DataShapes = Mapping[str, DatasetShape] | Callable[[Sequence[str]], Mapping[str, DatasetShape]]
+
+
+@dataclass(frozen=True)
+class AdmittedSpec:
+    """A job spec checked once (`admit`): the normalised JobSpec (target and options with defaults filled in), the
+    schema objects its target and options were validated into, the method, the target's dimension (None only
+    when it depends on an uploaded data set whose shape was not given), and the uploaded data sets it reads."""
+
+    spec: JobSpec
+    method: Method
+    target: Any
+    options: Any
+    dim: int | None
+    dataset_ids: tuple[str, ...]
+    fingerprint: str
+
+    def normalized(self) -> dict[str, Any]:
+        """The JSON form stored with the job (a fresh copy; `fingerprint` is its sha256)."""
+        return self.spec.model_dump(mode="json")
+
+
 def validate_job_spec(raw: Any, limits: Limits | None = None) -> JobSpec:
-    """Check a raw JobSpec and return it normalised (target and options with defaults filled in).
+    """`admit` without data-set shapes, for library use: the normalised spec."""
+    return admit(raw, limits).spec
+
+
+def admit(raw: Any, limits: Limits | None = None, data_shapes: DataShapes | None = None) -> AdmittedSpec:
+    """Check a raw JobSpec once and return it admitted: spec, target, options, caps, the data sets' shapes (when
+    given: the dimension of a model over an uploaded data set, an expression's columns) and the memory estimate.
 
     Raises an `errors.InferenceError` subclass whose `code` and `detail` go straight to the client.
     """
@@ -158,14 +194,60 @@ def validate_job_spec(raw: Any, limits: Limits | None = None) -> JobSpec:
             f"metrics every {spec.metrics_interval} steps for {spec.steps} steps is {points} metric points, over the "
             f"cap of {limits.max_metric_points} per job: set metrics_every to at least {least}",
             loc=("metrics_every",))
-    dim = getattr(target, "dim", None)
+    target, dim, dataset_ids = _size_target(target, limits, data_shapes)
     _check_precondition(options, target.kind, dim)
-    if dim is not None:  # else it depends on an uploaded data set: the service checks with check_job_memory
+    if dim is not None:
         _check_memory(method, options, spec, dim, limits)
         _check_exact_median(options, spec.num_particles)
-    return spec.model_copy(
-        update={"target": target.model_dump(mode="json"), "options": options.model_dump(mode="json")}
-    )
+    normalized = spec.model_copy(update={"target": target.model_dump(mode="json"),
+                                         "options": options.model_dump(mode="json")})
+    return AdmittedSpec(spec=normalized, method=method, target=target, options=options, dim=dim,
+                        dataset_ids=dataset_ids, fingerprint=spec_fingerprint(normalized.model_dump(mode="json")))
+
+
+def admit_target(raw: Any, limits: Limits | None = None,
+                 data_shapes: DataShapes | None = None) -> tuple[Any, int | None, tuple[str, ...]]:
+    """A target spec on its own (POST /v1/targets/validate), checked as `admit` checks a job's: (the schema
+    object, its dimension — None only when it depends on a data set whose shape was not given —, the uploaded
+    data sets it reads)."""
+    limits = limits or Limits()
+    return _size_target(parse_target_spec(raw, limits), limits, data_shapes)
+
+
+def _size_target(target: Any, limits: Limits,
+                 data_shapes: DataShapes | None) -> tuple[Any, int | None, tuple[str, ...]]:
+    dataset_ids = tuple(dataset_ref_ids(target.model_dump(mode="json")))
+    shapes = _shapes_of(data_shapes, dataset_ids)
+    dim = getattr(target, "dim", None)
+    if dim is None:
+        dim = _dim_from_data(target, shapes, limits)
+    if shapes and callable(getattr(target, "check_dataset_shapes", None)):
+        target.check_dataset_shapes(shapes)  # an expression over data-set columns
+    return target, dim, dataset_ids
+
+
+def _shapes_of(data_shapes: DataShapes | None, dataset_ids: tuple[str, ...]) -> dict[str, DatasetShape]:
+    if not dataset_ids or data_shapes is None:
+        return {}
+    found = dict(data_shapes if isinstance(data_shapes, Mapping) else data_shapes(dataset_ids))
+    for dataset_id in dataset_ids:
+        if dataset_id not in found:
+            raise errors.TargetInvalid(f"no dataset {dataset_id!r}", loc=("target", "dataset"))
+    return found
+
+
+def _dim_from_data(target: Any, shapes: Mapping[str, DatasetShape], limits: Limits) -> int | None:
+    """The dimension of a model whose size follows from its uploaded data set's shape (`dim_for`)."""
+    if not shapes or not hasattr(target, "dim_for"):
+        return None
+    dataset_id, shape = next(iter(shapes.items()))
+    try:
+        dim = target.dim_for(shape.n_features, shape.n_classes, shape.n_rows)
+    except ValueError as exc:
+        raise errors.TargetInvalid(f"target with dataset {dataset_id!r}: {exc}", loc=("target", "dataset")) from None
+    if dim > limits.max_dim:
+        raise errors.LimitExceeded(f"target dimension {dim} is over the cap of {limits.max_dim}", loc=("target",))
+    return dim
 
 
 def _check_precondition(options: Any, kind: str, dim: int | None) -> None:
@@ -205,16 +287,6 @@ def _check_memory(method: Method, options: Any, spec: JobSpec, dim: int, limits:
             f"particles of dimension {dim} with {method.name}), over the cap of "
             f"{format_bytes(limits.max_job_memory_bytes)} ({limits.max_job_memory_bytes} bytes): "
             "use fewer particles or a smaller target", loc=("num_particles",))
-
-
-def check_job_memory(spec: JobSpec, dim: int, limits: Limits) -> None:
-    """`limit_exceeded` when a validated spec's memory estimate at target dimension `dim` is over
-    `limits.max_job_memory_bytes`, then `method_options_invalid` for an exact median over too many particles
-    (for targets whose dimension comes from an uploaded data set: validate_job_spec checks the others)."""
-    method = METHODS[spec.method]
-    options = method.schema.model_validate(spec.options)
-    _check_memory(method, options, spec, dim, limits)
-    _check_exact_median(options, spec.num_particles)
 
 
 def spec_fingerprint(raw: Any) -> str:

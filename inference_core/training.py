@@ -21,7 +21,7 @@ from inference_core.methods.base import DTYPES, Method
 from inference_core.metrics.evaluation import Evaluator
 from inference_core.metrics.heldout import heldout_metrics
 from inference_core.metrics.quality import quality_report
-from inference_core.spec import EvalSpec, JobSpec, Limits, parse_target_spec, validate_job_spec
+from inference_core.spec import AdmittedSpec, EvalSpec, JobSpec, Limits, admit, parse_target_spec
 from inference_core.targets import BuildContext, build_target
 from inference_core.targets.counting import EvaluationCounter
 
@@ -80,43 +80,46 @@ CPU_PREFERRED_MAX_PARTICLES = 100
 CPU_PREFERRED_MAX_DIM = 32
 
 
-def prefers_cpu(spec: JobSpec) -> bool:
+def prefers_cpu(spec: JobSpec, dim: int | None = None) -> bool:
     """A job a GPU would run slower than the CPU: a chain of small kernels (CPU_PREFERRED_MAX_PARTICLES). Targets
     over a data set (BNNs, regressions on an uploaded table) and targets whose dimension the spec does not give
-    stay on the GPU."""
+    stay on the GPU. `dim`: the target's, when the caller has it (an admitted spec), else read from the spec."""
     if "dataset" in spec.target or spec.num_particles > CPU_PREFERRED_MAX_PARTICLES:
         return False
-    dim = getattr(parse_target_spec(spec.target), "dim", None)
+    if dim is None:
+        dim = getattr(parse_target_spec(spec.target), "dim", None)
     return isinstance(dim, int) and dim <= CPU_PREFERRED_MAX_DIM
 
 
-def resolve_device(spec: JobSpec, cuda_available: bool | None = None) -> torch.device:
+def resolve_device(spec: JobSpec, cuda_available: bool | None = None, dim: int | None = None) -> torch.device:
     """The job's device: `cuda` (DeviceUnavailable without one), `cpu`, or for `auto` the GPU where there is one,
     unless the job is small enough to run faster on the CPU (`prefers_cpu`)."""
     available = torch.cuda.is_available() if cuda_available is None else cuda_available
     if spec.device == "cuda" and not available:
         raise errors.DeviceUnavailable("device 'cuda' was asked for but no CUDA device is available")
-    if spec.device == "cuda" or (spec.device == "auto" and available and not prefers_cpu(spec)):
+    if spec.device == "cuda" or (spec.device == "auto" and available and not prefers_cpu(spec, dim)):
         return torch.device("cuda")
     return torch.device("cpu")
 
 
-def build_method(spec: JobSpec, context: BuildContext | None = None, counted: bool = False) -> Any:
+def build_method(spec: JobSpec | AdmittedSpec, context: BuildContext | None = None, counted: bool = False) -> Any:
     """Validated spec → target + method: non-finite starting particles redrawn (`methods.start`), then the
     fail-fast finiteness check. With `counted`, (method, EvaluationCounter) counting the target evaluations
-    from before the method is built (Pathfinder's count in)."""
-    device = resolve_device(spec)
+    from before the method is built (Pathfinder's count in). An admitted spec's target and options are used as
+    they are (validated once, by `admit`); a JobSpec's are validated here."""
+    if isinstance(spec, AdmittedSpec):
+        target_spec, options, dim, spec = spec.target, spec.options, spec.dim, spec.spec
+    else:
+        target_spec, options, dim = spec.target, METHODS[spec.method].schema.model_validate(spec.options), None
+    device = resolve_device(spec, dim=dim)
     method_info = METHODS[spec.method]
-    options = method_info.schema.model_validate(spec.options)
     dtype = DTYPES[getattr(options, "dtype", "float32")]
     base = context or BuildContext()
-    target = build_target(spec.target, BuildContext(dtype=dtype, device=device, load_dataset=base.load_dataset))
+    target = build_target(target_spec, BuildContext(dtype=dtype, device=device, load_dataset=base.load_dataset))
     counter = EvaluationCounter(target)
     method = resolve(method_info.builder)(target, options, spec.num_particles, spec.seed, device)
     with counter.paused():  # checks of the start, not the method's own work
-        redraw = getattr(method, "redraw_nonfinite_start", None)
-        if callable(redraw):
-            redraw()
+        method.redraw_nonfinite_start()
         check_target_finite(method)
     return (method, counter) if counted else method
 
@@ -149,18 +152,22 @@ def evaluate(method: Method, spec: EvalSpec | None = None, evaluator: Evaluator 
 
 
 def run(
-    spec: dict[str, Any] | JobSpec,
+    spec: dict[str, Any] | JobSpec | AdmittedSpec,
     *,
     hooks: RunHooks | None = None,
     resume_state: dict[str, Any] | None = None,
     context: BuildContext | None = None,
     limits: Limits | None = None,
 ) -> RunResult:
-    """Train from a JobSpec; returns when all steps are done or a hook asks to stop."""
-    raw = spec.model_dump(mode="json") if isinstance(spec, JobSpec) else spec
-    job = validate_job_spec(raw, limits)
+    """Train from a job spec; returns when all steps are done or a hook asks to stop. A raw spec or JobSpec is
+    admitted here (inference_core.spec.admit); an AdmittedSpec (the worker's) is not checked again."""
+    if isinstance(spec, AdmittedSpec):
+        admitted = spec
+    else:
+        admitted = admit(spec.model_dump(mode="json") if isinstance(spec, JobSpec) else spec, limits)
+    job = admitted.spec
     hooks = hooks or RunHooks()
-    method, counter = build_method(job, context, counted=True)
+    method, counter = build_method(admitted, context, counted=True)
     if resume_state is not None:
         resume_state = dict(resume_state)
         counter.count += int(resume_state.pop(EVALUATIONS_KEY, 0))
@@ -170,7 +177,7 @@ def run(
     stopped: str | None = None
     eval_every = job.eval.every
     evaluator = Evaluator(job.eval)
-    while method.step_count < job.steps and not getattr(method, "converged", False):
+    while method.step_count < job.steps and not method.converged:
         stopped = hooks.should_stop()
         if stopped:
             break
@@ -192,8 +199,7 @@ def run(
             # Held-out metrics (test RMSE/LL, accuracy/NLL) when the data has a test part; see metrics.heldout.
             final = {**evaluate(method, evaluator=evaluator), **heldout_metrics(method),
                      "grad_evals": float(counter.count)}
-            converged = getattr(method, "converged_step", None)
-            if converged is not None:
-                final["converged_step"] = float(converged)
+            if method.converged_step is not None:
+                final["converged_step"] = float(method.converged_step)
             quality = quality_report(method, final)
     return RunResult(method, method.step_count, stopped, final, time.perf_counter() - started, quality, counter.count)

@@ -29,11 +29,25 @@ def _print_json(value: Any) -> None:
     print(json.dumps(value, indent=2, sort_keys=True))
 
 
+KSD_NOTE = ("ksd_imq estimates the squared kernel Stein discrepancy KSD² with an unbiased U-statistic, so it "
+            "can be slightly negative when the draws fit the target well (the true KSD² is ≥ 0 and near 0); "
+            "only values clearly above 0 signal a misfit.")
+
+
+def job_notes(job: dict[str, Any]) -> list[str]:
+    """The lines under a job's summary: its quality notes, and why a negative KSD² estimate is not an error."""
+    from parvis.progress import quality_notes
+
+    metrics = job.get("metrics") or {}
+    negative = any(isinstance(metrics.get(name), int | float) and metrics[name] < 0 for name in ("ksd_imq",))
+    return [*quality_notes(job), *([f"  note: {KSD_NOTE}"] if negative else [])]
+
+
 def _wait(client: Any, job_id: str, args: argparse.Namespace) -> dict[str, Any]:
-    from parvis.progress import describe, quality_notes
+    from parvis.progress import describe
 
     job = client.wait(job_id, progress=not args.quiet, raise_on_failure=False)
-    print("\n".join([describe(job), *quality_notes(job)]), file=sys.stderr)
+    print("\n".join([describe(job), *job_notes(job)]), file=sys.stderr)
     return job
 
 
@@ -57,7 +71,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from parvis.progress import describe, quality_notes
+    from parvis.progress import describe
 
     with _client(args) as client:
         job = client.job(args.job)
@@ -69,7 +83,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     elif args.json:
         _print_json(job)
     else:
-        print("\n".join([describe(job), *quality_notes(job)]))
+        print("\n".join([describe(job), *job_notes(job)]))
     return 0
 
 
@@ -187,11 +201,13 @@ def add_client_commands(sub: Any) -> None:
                         help="make a re-run of this command return the same job (default: a fresh key)")
 
     status = command("status", cmd_status, "a job's status, progress and metrics", (as_json,))
+    status.epilog = KSD_NOTE
     status.add_argument("job", metavar="JOB")
     status.add_argument("--field", default=None, help="print only this field, e.g. sampler_id or progress.step")
 
     watch = command("watch", cmd_watch, "follow a job until it finishes (live progress bar); exit 3 if it fails",
                     (quiet,))
+    watch.epilog = KSD_NOTE
     watch.add_argument("job", metavar="JOB")
 
     cancel = command("cancel", cmd_cancel, "cancel a job (idempotent)")

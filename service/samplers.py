@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from service.jobs import new_id
+from service.job_state import new_id
 from service.models import Artifact, Sampler
 from service.store import ArtifactStore, StoredBlob
 

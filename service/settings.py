@@ -14,6 +14,8 @@ from typing import Annotated, Literal
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from inference_core.spec import Limits
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="PARVIS_", extra="ignore")
@@ -83,6 +85,11 @@ class Settings(BaseSettings):
     progress_interval_seconds: float = 0.5
     job_time_limit_seconds: int = 7 * 24 * 3600
     worker_shutdown_grace_seconds: float = 20.0
+    # torch intra-op threads in each worker process (PARVIS_WORKER_TORCH_THREADS); 0: max(1, (cores - 1) //
+    # worker concurrency), one core left for the API and the other processes: more threads than free cores make
+    # torch's spinning threads wait on each other (300 GPVI steps: 10.1 s with 2 threads on 2 busy cores, 2.8 s
+    # with 1; 2.5 s either way on idle ones): the small particle systems gain little from more.
+    worker_torch_threads: int = Field(default=0, ge=0)
 
     # Retention (docs/architecture.md, "Retention"): jobs, samplers and data sets get `expires_at` = creation +
     # `retention_days` (fractions allowed; 0 = keep forever), or the tenant's own value from
@@ -149,6 +156,12 @@ class Settings(BaseSettings):
             finally:
                 tmp.unlink()
         return path.read_text().strip()
+
+    def limits(self) -> Limits:
+        """The caps a job spec is admitted under (inference_core.spec.admit), in the API and the worker alike."""
+        return Limits(max_particles=self.max_particles, max_steps=self.max_steps, max_dim=self.max_dim,
+                      max_job_memory_bytes=self.max_job_memory_bytes,
+                      max_metric_points=self.max_metric_points_per_job)
 
 
 @lru_cache

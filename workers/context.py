@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -36,3 +37,20 @@ def worker_context() -> WorkerContext:
 def reset_worker_context() -> None:
     """Forget resources inherited across fork (a pool child must open its own connections)."""
     worker_context.cache_clear()
+
+
+def torch_threads(settings: Settings, concurrency: int) -> int:
+    """torch intra-op threads for one worker process: `worker_torch_threads`, or when 0, the cores this process
+    may use less one (the API, Celery's main process) shared among the `concurrency` pool processes, at least 1."""
+    if settings.worker_torch_threads > 0:
+        return settings.worker_torch_threads
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, (cores - 1) // max(1, concurrency))
+
+
+def apply_torch_threads(settings: Settings, concurrency: int) -> int:
+    """Set torch's intra-op thread count in this process (before its first job); returns torch's count after."""
+    import torch
+
+    torch.set_num_threads(torch_threads(settings, concurrency))
+    return torch.get_num_threads()

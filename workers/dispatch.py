@@ -13,7 +13,7 @@ import logging
 from celery import Celery
 from sqlalchemy.orm import Session, sessionmaker
 
-from service import jobs as job_state
+from service import job_state
 from service.queue import enqueue_job
 from service.settings import Settings
 

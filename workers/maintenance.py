@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import delete
 from sqlalchemy.orm import Session, sessionmaker
 
-from service import jobs as job_state
+from service import job_state
 from service.db import make_engine, make_session_factory
 from service.models import WorkerHeartbeat, utcnow
 from service.queue import make_celery, redis_client

@@ -1,6 +1,6 @@
 """Run one job: claim it, resume from its checkpoint, heartbeat, report, checkpoint, store the result.
 
-Every write is fenced by the lease (service.jobs): if the reaper has handed the job to another worker,
+Every write is fenced by the lease (service.job_state): if the reaper has handed the job to another worker,
 this one stops at the next step boundary without writing anything.
 """
 
@@ -20,14 +20,17 @@ from inference_core.methods.base import Method
 from inference_core.metrics.quality import with_sampler_certificate
 from inference_core.samplers.certificate import sampler_quality
 from inference_core.serialization import state_from_bytes, state_to_bytes
+from inference_core.spec import AdmittedSpec, admit
 from inference_core.targets import BuildContext, build_target
 from inference_core.training import RunHooks, RunResult, run
-from service import jobs as job_state
+from service import job_state
 from service.arrays import npy_bytes
 from service.datasets import dataset_loader
-from service.jobs import Lease
+from service.errors import DomainError
+from service.job_state import Lease
 from service.logging_config import ContextThread, log_context
 from service.models import Artifact, Job, Sampler
+from service.repositories import Datasets
 from service.samplers import artifact_row, store_sampler
 from workers.context import WorkerContext, worker_context
 from workers.dispatch import send_unsent
@@ -230,9 +233,10 @@ class JobExecution:
         hooks = ServiceHooks(self.context, self.lease, self.job, heartbeat)
         heartbeat.start()
         try:
+            self.admitted = admitted = self._admit()
             context = BuildContext(load_dataset=dataset_loader(self.context.sessions, self.context.store,
                                                                self.job.tenant_id))
-            result = run(self.job.spec, hooks=hooks, resume_state=resume, context=context)
+            result = run(admitted, hooks=hooks, resume_state=resume, context=context)
         except errors.InferenceError as exc:
             logger.info("job %s failed: %s: %s", self.job.id, exc.code, exc.detail)
             self._finish(hooks, "failed", error=(exc.code, exc.detail))
@@ -245,6 +249,17 @@ class JobExecution:
         finally:
             heartbeat.stop()
         self._conclude(hooks, result)
+
+    def _admit(self) -> AdmittedSpec:
+        """The stored spec, admitted once in this process (the API admitted it too, in its own): the shapes of
+        its uploaded data sets come from the tenant's records, expired ones included (the job was submitted
+        before the expiry; the sweeper keeps data sets a live job uses)."""
+        with self.context.sessions() as session:
+            datasets = Datasets(session, self.job.tenant_id)
+            try:
+                return admit(self.job.spec, data_shapes=lambda ids: datasets.shapes(ids, live_only=False))
+            except DomainError as exc:  # a data set deleted meanwhile
+                raise errors.TargetInvalid(exc.detail, loc=exc.loc) from None
 
     def _conclude(self, hooks: ServiceHooks, result: RunResult) -> None:
         if result.stopped == "lease_lost":
@@ -291,7 +306,7 @@ class JobExecution:
         try:
             import torch
 
-            target = build_target(self.job.spec["target"], BuildContext(
+            target = build_target(self.admitted.target, BuildContext(
                 dtype=torch.float64, load_dataset=dataset_loader(self.context.sessions, self.context.store,
                                                                  self.job.tenant_id)))
             return sampler_quality(trained, target, seed=int(self.job.spec.get("seed", 0)),

@@ -17,15 +17,22 @@ from typing import Any
 
 import psutil
 from celery.exceptions import CPendingDeprecationWarning
-from celery.signals import worker_process_init, worker_ready, worker_shutdown, worker_shutting_down
+from celery.signals import (
+    celeryd_after_setup,
+    worker_process_init,
+    worker_ready,
+    worker_shutdown,
+    worker_shutting_down,
+)
 
 from service.settings import get_settings
-from workers.context import reset_worker_context
+from workers.context import apply_torch_threads, reset_worker_context
 from workers.maintenance import Maintenance
 
 logger = logging.getLogger("parvis.worker")
 PREEMPT_SIGNAL = signal.SIGUSR2  # SIGUSR1 is Celery's soft-time-limit signal in pool children
 _maintenance: Maintenance | None = None
+_concurrency = 1  # the pool's size, recorded in the main process before it forks the children
 
 
 @worker_ready.connect
@@ -44,11 +51,22 @@ def _quiet_cancel_nudge(**_: Any) -> None:
     warnings.filterwarnings("ignore", message=r"\s*In Celery 5\.1 we introduced", category=CPendingDeprecationWarning)
 
 
+@celeryd_after_setup.connect
+def _record_concurrency(instance: Any = None, **_: Any) -> None:
+    global _concurrency
+    _concurrency = int(getattr(instance, "concurrency", None) or 1)
+    if "prefork" not in getattr(getattr(instance, "pool_cls", None), "__module__", "prefork"):
+        apply_torch_threads(get_settings(), _concurrency)  # solo/threads pools run jobs in this process
+
+
 @worker_process_init.connect
 def _init_child(**_: Any) -> None:
     reset_worker_context()
     signal.signal(PREEMPT_SIGNAL, signal.SIG_IGN)  # an idle child has nothing to preempt
     import inference_core.training  # noqa: F401 - load torch here, in the child, before the first job arrives
+
+    threads = apply_torch_threads(get_settings(), _concurrency)
+    logger.info("worker process %d: torch uses %d thread(s)", os.getpid(), threads)
 
 
 @contextlib.contextmanager

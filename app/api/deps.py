@@ -9,8 +9,8 @@ from celery import Celery
 from fastapi import Depends, Request
 from sqlalchemy.orm import Session
 
-from app.api.auth import LOCAL_TENANT, tenant_for_bearer
 from app.api.problems import Problem
+from service.api_keys import LOCAL_TENANT, tenant_for_bearer
 from service.settings import Settings
 from service.store import ArtifactStore
 

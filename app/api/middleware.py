@@ -22,7 +22,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.api.auth import tenant_for_bearer
+from service.api_keys import tenant_for_bearer
 from service.logging_config import bind_log_context
 
 logger = logging.getLogger("parvis.api")

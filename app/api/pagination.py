@@ -43,3 +43,18 @@ def decode_token(secret: str, token: str, filters: dict[str, Any]) -> tuple[date
         raise
     except Exception:  # noqa: BLE001 - any malformed token is the same client error
         raise Problem(422, "page_token_invalid", "page_token is not valid") from None
+
+
+def cursor_of(secret: str, token: str | None, filters: dict[str, Any]) -> tuple[datetime, str] | None:
+    """Where a page token says to continue (None: the first page)."""
+    return decode_token(secret, token, filters) if token else None
+
+
+def next_token(secret: str, page: Any, filters: dict[str, Any]) -> str | None:
+    """The token of the page after a repository `Page` (None: it was the last), from its last row's
+    (created_at, id); a row may be a tuple whose first entry is the object."""
+    if not page.more:
+        return None
+    last = page.items[-1]
+    last = last[0] if isinstance(last, tuple) or hasattr(last, "_fields") else last
+    return encode_token(secret, last.created_at, last.id, filters)

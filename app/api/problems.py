@@ -21,6 +21,7 @@ except ImportError:  # FastAPI before included routers stayed nested in app.rout
         return iter(routes)
 
 from inference_core.errors import InferenceError
+from service.errors import Conflict, DomainError, Expired, NotFound, QuotaExceeded, Rejected, Unavailable
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
 logger = logging.getLogger("parvis.api")
@@ -73,8 +74,16 @@ def problem_response(request: Request, status: int, code: str, detail: str, *,
     return JSONResponse(body, status_code=status, headers=headers, media_type=PROBLEM_MEDIA_TYPE)
 
 
-def not_found(kind: str, object_id: str) -> Problem:
-    return Problem(404, "not_found", f"no {kind} with id {object_id!r}")
+#: The one mapping of the repositories' domain errors (service.errors) to HTTP statuses.
+DOMAIN_STATUSES: tuple[tuple[type[DomainError], int], ...] = (
+    (NotFound, 404), (Expired, 410), (Conflict, 409), (Rejected, 422), (QuotaExceeded, 429), (Unavailable, 503),
+)
+
+
+def domain_problem(exc: DomainError) -> Problem:
+    status = next((code for kind, code in DOMAIN_STATUSES if isinstance(exc, kind)), 422)
+    headers = {"Retry-After": str(exc.retry_after_s)} if exc.retry_after_s is not None else None
+    return Problem(status, exc.code, exc.detail, headers=headers, extra={"loc": list(exc.loc)} if exc.loc else None)
 
 
 def _validation_detail(exc: RequestValidationError) -> str:
@@ -101,6 +110,10 @@ def install_problem_handlers(app: FastAPI) -> None:
     @app.exception_handler(Problem)
     async def _problem(request: Request, exc: Problem) -> JSONResponse:
         return problem_response(request, exc.status, exc.code, exc.detail, headers=exc.headers, extra=exc.extra)
+
+    @app.exception_handler(DomainError)
+    async def _domain(request: Request, exc: DomainError) -> JSONResponse:
+        return await _problem(request, domain_problem(exc))
 
     @app.exception_handler(InferenceError)
     async def _inference(request: Request, exc: InferenceError) -> JSONResponse:

@@ -1,5 +1,5 @@
-"""The 410 answer for an expired job, sampler or data set, and the expiry a client asks for at creation (see
-service/retention.py)."""
+"""The expiry a client asks for at creation (see service/retention.py; an expired object's 410 is
+`service.errors.Expired`, raised by the repositories)."""
 
 from __future__ import annotations
 
@@ -12,12 +12,6 @@ from service.settings import Settings
 
 RETENTION_QUERY_DESCRIPTION = ("seconds to keep it (and, for a job, its sampler) after creation; default: the "
                                "tenant's retention; at most the tenant's maximum (else 422 retention_too_long)")
-
-
-def expired(kind: str, object_id: str, expires_at: datetime | None) -> Problem:
-    when = expires_at.isoformat() if expires_at is not None else "earlier"
-    return Problem(410, "expired", f"the {kind} {object_id!r} expired at {when} and is being deleted "
-                   "(retention); once deleted its id is unknown (404)")
 
 
 def requested_expiry(settings: Settings, tenant: str, retention_seconds: int | None,

@@ -1,9 +1,10 @@
-"""Response models (separate from the SQLAlchemy models, which never leave the data layer)."""
+"""Every response model of the API, in one place (separate from the SQLAlchemy models, which never leave the
+repositories; app/api/views.py turns rows into these)."""
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -95,3 +96,105 @@ class TargetKindList(BaseModel):
 class Health(BaseModel):
     status: str
     checks: dict[str, Any] = {}
+
+
+class ArtifactOut(BaseModel):
+    role: str
+    media_type: str
+    sha256: str
+    size_bytes: int
+
+
+class SamplerOut(BaseModel):
+    id: str
+    job_id: str
+    method: str
+    target: dict[str, Any]
+    dim: int
+    noise_dim: int | None
+    config: dict[str, Any]
+    artifacts: list[ArtifactOut]
+    created_at: datetime
+    expires_at: datetime | None = None  # its job's: 410 `expired` once past; null: kept forever
+    quality: dict[str, Any] | None = Field(
+        default=None, description="certificate computed when the sampler was stored (docs/api.md, 'Sampler "
+        "quality'): PSIS k̂, ESS, ELBO, log Ẑ, KSD test, verdict; null for samplers stored before it existed")
+
+
+class SamplerList(BaseModel):
+    samplers: list[SamplerOut]
+    next_page_token: str | None
+
+
+class DatasetOut(BaseModel):
+    id: str
+    name: str | None
+    n_rows: int
+    n_features: int
+    n_test_rows: int
+    y: str  # none | float | labels
+    n_classes: int | None
+    dtype: str
+    sha256: str
+    size_bytes: int
+    created_at: datetime
+    expires_at: datetime | None = None  # retention: 410 `expired` once past; null: kept forever
+
+
+class DatasetList(BaseModel):
+    datasets: list[DatasetOut]
+    next_page_token: str | None
+
+
+class PredictOut(BaseModel):
+    """Regression: `mean`, `std` (observation noise included), `std_epistemic` (without it), `quantiles`
+    [len(quantile_levels), m] of the predictive mixture. Classification: `probs` [m, K] (mean softmax) and
+    the predictive `entropy` [m] (nats)."""
+
+    task: Literal["regression", "classification"]
+    n_draws: int
+    mean: list[float] | None = None
+    std: list[float] | None = None
+    std_epistemic: list[float] | None = None
+    quantile_levels: list[float] | None = None
+    quantiles: list[list[float]] | None = None
+    probs: list[list[float]] | None = None
+    entropy: list[float] | None = None
+
+
+class DensityGrid(BaseModel):
+    job_id: str
+    x: list[float] = Field(description="grid abscissae: `grid` numbers from x_min to x_max (first coordinate)")
+    y: list[float] = Field(description="grid ordinates: `grid` numbers from y_min to y_max (second coordinate)")
+    log_prob: list[list[float | None]] = Field(
+        description="[grid, grid]: log_prob[i][j] = log p(x[j], y[i]) in float64 (the target's own "
+        "normalisation); null where not finite")
+    max_log_prob: float | None = Field(description="the largest finite value, null if none is finite")
+
+
+Dtype = Literal["float32", "float64"]
+
+
+class ValidateWarning(BaseModel):
+    code: str = Field(description="nonfinite_in_dtype | dtype_mismatch")
+    message: str
+    points: list[int] = Field(default_factory=list, description="indices of the points concerned")
+
+
+class ParameterBlockOut(BaseModel):
+    name: str
+    shape: list[int]
+    offset: int
+
+
+class ValidateResponse(BaseModel):
+    kind: str
+    dim: int
+    log_prob: list[float | None]
+    score: list[list[float | None]]
+    finite: bool
+    layout: list[ParameterBlockOut] | None = None
+    dtype: Dtype = "float32"
+    finite_in_dtype: bool = True
+    log_prob_in_dtype: list[float | None] = Field(default_factory=list)
+    warnings: list[ValidateWarning] = Field(default_factory=list)

@@ -22,11 +22,12 @@ ALL_FEATURES = "X"  # `columns: "X"`: every feature column, in order
 
 @dataclass(frozen=True)
 class DatasetShape:
-    """What the shapes of a data set's columns depend on."""
+    """What the shapes of a data set's columns, and a model's dimension over it, depend on."""
 
     n_rows: int
     n_features: int
     has_y: bool
+    n_classes: int | None = None  # integer labels 0..K-1: K (classification models size their output by it)
 
     @classmethod
     def of(cls, dataset: Dataset) -> DatasetShape:

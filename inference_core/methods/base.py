@@ -25,9 +25,9 @@ from torch import Tensor
 
 from inference_core import errors
 from inference_core.kernels import Kernel, bandwidth_rule_from_options, kernel_from_options
-from inference_core.methods.auto.pathfinder import pathfinder_whitening
 from inference_core.methods.optim import build_optimizer
 from inference_core.methods.start import redraw_nonfinite
+from inference_core.preconditioning.pathfinder import pathfinder_whitening
 from inference_core.schemas.auto import PathfinderOptions
 from inference_core.schemas.kernels import KernelOptions
 from inference_core.schemas.methods import PRECONDITION_MAX_DIM, InitOptions, ParticleMethodOptions
@@ -54,6 +54,11 @@ class Method:
     #: Measured (f-SVGD, UCI protocol, split 0): they called it `overdispersed` on Boston, Yacht and Energy (the
     #: KSD test rejected on the first two), where its test RMSE (2.53, 0.44, 0.31) meets or beats the published.
     target_space_checks = True
+    #: which `auto` remedy `metrics.next_steps` offers for this method's warnings: "particles" (run `auto` instead
+    #: of a particle method), "draws" (instead of a generator), or None.
+    auto_remedy: str | None = None
+    #: the step at which the method stopped early by its own convergence rule (`auto`); None: it has not
+    converged_step: int | None = None
 
     def __init__(self, target: Target, options: Any, num_particles: int, seed: int, device: torch.device):
         self.target = target
@@ -92,6 +97,31 @@ class Method:
 
     def sampler(self) -> Any | None:
         return None
+
+    # ---- optional hooks (the run loop and the metrics call them; the defaults do nothing) ------------------
+
+    @property
+    def converged(self) -> bool:
+        """True once the method has met its own stopping rule: the run loop then stops before `steps`."""
+        return False
+
+    def redraw_nonfinite_start(self) -> int:
+        """Replace starting draws where the target is not finite; returns how many were replaced (none here)."""
+        return 0
+
+    def diagnostics(self) -> dict[str, float]:
+        """The method's own metrics, added to every evaluation (e.g. MCMC's ESS and R-hat)."""
+        return {}
+
+    def quality(self) -> dict[str, Any]:
+        """Method-specific part of the quality block (metrics.quality): extra fields, plus `warnings` and `checks`
+        lists merged into the general ones."""
+        return {}
+
+    def fit_metrics(self) -> dict[str, float]:
+        """The evaluation of a method whose particles are not points of the target's space
+        (`particles_in_target_space` False): its own predictive fit."""
+        raise NotImplementedError(f"{type(self).__name__} has particles in the target's space: use the evaluator")
 
     def state_dict(self) -> dict[str, Any]:
         raise NotImplementedError
@@ -137,6 +167,7 @@ class ParticleMethod(Method):
     """
 
     options: ParticleMethodOptions
+    auto_remedy = "particles"
 
     def __init__(self, target: Target, options: ParticleMethodOptions, num_particles: int, seed: int,
                  device: torch.device):

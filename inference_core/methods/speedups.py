@@ -6,7 +6,7 @@ control-functional weights (Alg. 3), random induced points (Alg. 4, eq. 13) and 
 
 Shared conventions (same section: bandwidth and subsets):
 * kernel exp(−r²/h) (or IMQ) with h = median of the n×m cross distances between all particles and the m
-  subset/induced points, divided by log(n + 1) with the full n (`SpeedupBandwidthOptions`);
+  subset/induced points, divided by log(n + 1) with the full n (`kernel.bandwidth`, schemas.kernels.SpeedupBandwidthRuleOptions);
 * the subset (or the induced points) is redrawn each step from `self.generator`, uniformly without
   replacement (adversarial: with replacement, as `randi` in `svgd_singleIteration.m`);
 * the subset methods evaluate the score at the m subset points only (that is the saving); the induced-point
@@ -176,8 +176,9 @@ class _SpeedupMethod(KernelParticleMethod):
         return torch.randperm(self.num_particles, generator=self.generator)[: self.options.subset_size]
 
     def bandwidth_for(self, x: Tensor, y: Tensor) -> Tensor:
-        if self.options.bandwidth.source == "cross_median":
-            return cross_median_bandwidth(x, y, self.options.bandwidth.divisor)
+        rule = self.options.kernel.bandwidth
+        if rule.source == "cross_median":
+            return cross_median_bandwidth(x, y, rule.cross_divisor)
         return self.bandwidth_rule(x)
 
 

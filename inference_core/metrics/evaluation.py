@@ -91,7 +91,5 @@ class Evaluator:
             value, bandwidth = mmd2_rbf(sub, draws.to(device=sub.device, dtype=sub.dtype))
             metrics["mmd2_reference"] = value
             metrics["mmd_bandwidth"] = bandwidth
-        own = getattr(method, "diagnostics", None)
-        if callable(own):
-            metrics.update(own())
+        metrics.update(method.diagnostics())
         return {key: value for key, value in metrics.items() if math.isfinite(value)}

@@ -55,19 +55,18 @@ PREDICTIVE_REMEDIES: tuple[tuple[frozenset[str], str], ...] = (
 
 
 def next_steps(method: Any, codes: Iterable[str]) -> list[str]:
-    """The remedies for the warnings `codes` raised on a run of `method` (a `Method`, read by duck typing)."""
+    """The remedies for the warnings `codes` raised on a run of `method` (a `Method`: its `name`, `target` and
+    `auto_remedy`, "particles" or "draws" where `auto` answers the method's trouble)."""
     codes = set(codes)
     if not codes:
         return []
-    name = getattr(method, "name", "")
     predictive = [remedy for answers, remedy in PREDICTIVE_REMEDIES if answers & codes]
-    if name == "auto":
+    if method.name == "auto":
         return [remedy for answers, remedy in AUTO_REMEDIES if answers & codes]
-    target = getattr(method, "target", None)
-    if target is None or not can_whiten(target):  # network weights' other remedies are docs/prediction.md's
+    if not can_whiten(method.target):  # network weights' other remedies are docs/prediction.md's
         return predictive
-    if hasattr(method, "moved"):  # a particle method: `moved` is the density its particles move on
+    if method.auto_remedy == "particles":
         return [TRY_AUTO_FOR_PARTICLES, *predictive]
-    if name.startswith(("gpvi", "amortized")):
+    if method.auto_remedy == "draws":
         return [TRY_AUTO_FOR_DRAWS, *predictive]
     return predictive

@@ -170,12 +170,10 @@ def quality_report(method: Any, final_metrics: dict[str, float]) -> dict[str, An
     if "spread_ratio_rms" in report:
         check_stranded(log_p, int(x.shape[1]), report, warnings)
         checks += ["spread_ratio", "ksd_test", "stranded_draws"]
-    own = getattr(method, "quality", None)
-    if callable(own):
-        extra = own()
-        warnings.extend(extra.pop("warnings", []))
-        checks += extra.pop("checks", [])
-        report.update(extra)
+    extra = dict(method.quality())
+    warnings.extend(extra.pop("warnings", []))
+    checks += extra.pop("checks", [])
+    report.update(extra)
     predictive = method_predictive_checks(method)
     report["predictive"] = None
     if predictive is not None:

@@ -121,5 +121,5 @@ def ensemble_archive(method: Any) -> bytes | None:
     if model is None or model["network"] is None:
         return None
     predictor = EnsemblePredictor(model, method.target.describe_layout(), method.particles(),
-                                  method=getattr(method, "name", "particles"), target_kind=method.target.kind)
+                                  method=method.name, target_kind=method.target.kind)
     return predictor.to_zip_bytes()

@@ -61,7 +61,7 @@ class ConvergenceOptions(StrictModel):
 
 
 class FlowOptions(StrictModel):
-    """The normalising flow of `transport: "flow"` (inference_core.methods.auto.transport)."""
+    """The normalising flow of `transport: "flow"` (inference_core.preconditioning.transport)."""
 
     layers: int = Field(default=8, ge=1, le=64, description="affine coupling layers, each with a random half mask")
     hidden: int = Field(default=64, ge=4, le=4096, description="width of the two hidden layers of each coupling's net")

@@ -7,17 +7,31 @@ HelperOptions) and ALF otherwise (docs/implementation-notes.md, "GPVI (ALF)"). E
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from inference_core.memory import (
+    ACTIVATION_COPIES,
+    DENSE_SOLVE_MAX_N,
+    PARAMETER_COPIES,
+    dense_solve_bytes,
+    generative_bytes,
+    generator_noise_width,
+    memory_rule,
+    mlp_parameters,
+)
 from inference_core.schemas.auto import FlowOptions
 from inference_core.schemas.common import StrictModel
 from inference_core.schemas.function_space import FunctionSpaceDirectionOptions
-from inference_core.schemas.methods import NoiseHoldoutOptions, OptimizerOptions
-
-Activation = Literal["relu", "tanh", "sigmoid", "softplus", "elu", "leaky_relu", "silu", "gelu"]
-MAX_WIDTH = 16_384
+from inference_core.schemas.methods import (
+    GENERATIVE_CRITIC_HIDDEN,
+    MAX_WIDTH,
+    Activation,
+    CriticOptions,
+    NoiseHoldoutOptions,
+    OptimizerOptions,
+)
 
 
 def _widths_ok(widths: list[int], what: str) -> None:
@@ -112,8 +126,42 @@ class GenerativeOptions(StrictModel):
     flow: FlowOptions = Field(default_factory=FlowOptions, description="the flow of precondition 'flow'")
 
 
-class KernelGenerativeOptions(GenerativeOptions):
+class GenerativeKernelOptions(StrictModel):
+    """The RBF kernel of the kernel generative methods, `options.kernel` as the particle methods spell it (only its
+    `bandwidth` is chosen here: the generative methods take the rules `median` and `fixed`)."""
+
     bandwidth: GenerativeBandwidthOptions = Field(default_factory=GenerativeBandwidthOptions)
+
+
+def moved_bandwidth(data: Any, method: str) -> Any:
+    """A `model_validator(mode="before")` step: the deprecated `options.bandwidth` of the generative methods becomes
+    `options.kernel.bandwidth`, the spelling of the particle methods (docs/api.md, "Deprecated spellings")."""
+    if not isinstance(data, dict) or data.get("bandwidth") is None:
+        return data
+    data = dict(data)
+    bandwidth = data.pop("bandwidth")
+    kernel = data.get("kernel")
+    if isinstance(kernel, BaseModel):
+        kernel = kernel.model_dump()
+    kernel = dict(kernel) if isinstance(kernel, dict) else {}
+    if "bandwidth" in kernel:
+        raise ValueError(f"{method}: give the bandwidth once, as `kernel.bandwidth` (`bandwidth` is its deprecated "
+                         "spelling)")
+    data["kernel"] = {**kernel, "bandwidth": bandwidth}
+    return data
+
+
+class KernelGenerativeOptions(GenerativeOptions):
+    @model_validator(mode="before")
+    @classmethod
+    def _bandwidth_spelling(cls, data: Any) -> Any:
+        return moved_bandwidth(data, "options")
+
+    kernel: GenerativeKernelOptions = Field(default_factory=GenerativeKernelOptions,
+                                            description="the kernel: its `bandwidth` rule (GPVI Appendix B.2)")
+    bandwidth: GenerativeBandwidthOptions | None = Field(
+        default=None, exclude=True, deprecated=True,
+        description="Deprecated: use options.kernel.bandwidth (moved there when given)")
     expectation_particles: int | None = Field(
         default=None, ge=2, le=100_000, description="size n' of the independent expectation batch (default n)")
 
@@ -203,31 +251,15 @@ class AmortizedGFSFOptions(KernelGenerativeOptions):
     gfsf_eps: float = Field(default=1e-5, gt=0, le=1.0, description="ε (ALF's Generator: 1e-5)")
 
 
-def _critic_optimizer() -> OptimizerOptions:
-    return OptimizerOptions(name="adam", lr=1e-3)
+class AmortizedKSDOptions(GenerativeOptions):
+    """Amortised KSD: the generator's options and the KSD critic (`CriticOptions`, shared with `ksd`)."""
 
-
-class CriticOptions(StrictModel):
-    """KSD critic f_ψ: R^d → R^d (an MLP without BatchNorm), maximising the Stein discrepancy
-    E[∇log p·f + tr ∇f] − l2_weight·E||f||² (ALF's minmax critic, docs/implementation-notes.md, "KSD critic"; Table 7: 1×100, lr 1e-3, L2 weight 10).
-    `trace`: exact (d backward passes) or Hutchinson (one Gaussian probe); `auto` is exact for d ≤ 16
-    (methods.directions.EXACT_TRACE_MAX_DIM, shared with the particle KSD)."""
-
-    hidden: list[int] = Field(default_factory=lambda: [100], max_length=8)
-    activation: Activation = "relu"
-    optimizer: OptimizerOptions = Field(default_factory=_critic_optimizer)
-    l2_weight: float = Field(default=10.0, ge=0, le=1e6)
-    steps: int = Field(default=2, ge=1, le=100, description="critic updates per generator step (ALF: 2)")
-    trace: Literal["auto", "exact", "hutchinson"] = "auto"
+    critic: CriticOptions = Field(default_factory=CriticOptions)
 
     @model_validator(mode="after")
-    def _check(self) -> CriticOptions:
-        _widths_ok(self.hidden, "critic hidden")
+    def _critic_hidden(self) -> AmortizedKSDOptions:
+        self.critic = self.critic.with_hidden(GENERATIVE_CRITIC_HIDDEN)
         return self
-
-
-class AmortizedKSDOptions(GenerativeOptions):
-    critic: CriticOptions = Field(default_factory=CriticOptions)
 
 
 class AmortizedFSVGDOptions(GenerativeOptions, FunctionSpaceDirectionOptions, NoiseHoldoutOptions):
@@ -243,3 +275,47 @@ class AmortizedFSVGDOptions(GenerativeOptions, FunctionSpaceDirectionOptions, No
             raise ValueError("amortized_fsvgd trains on the network's own weights: precondition must be 'none' "
                              "(or 'auto', which is 'none' for network weights)")
         return self
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Memory rules (inference_core.memory): the generator's parameters and activations, plus each method's own.
+
+
+@memory_rule(GenerativeOptions)
+def _generative_memory(options: GenerativeOptions, n: int, d: int, itemsize: int) -> int:
+    return generative_bytes(options, n, d, itemsize)
+
+
+@memory_rule(KernelGenerativeOptions)
+def _kernel_generative_memory(options: KernelGenerativeOptions, n: int, d: int, itemsize: int) -> int:
+    """With the expectation batch of n' = `expectation_particles` (default n) draws."""
+    return generative_bytes(options, n, d, itemsize, options.expectation_particles or n)
+
+
+@memory_rule(GPVIExactOptions)
+def _gpvi_exact_memory(options: GPVIExactOptions, n: int, d: int, itemsize: int) -> int:
+    """Plus the k×d Jacobian block of each draw."""
+    k = generator_noise_width(options, d)
+    return _kernel_generative_memory(options, n, d, itemsize) + ACTIVATION_COPIES * n * k * d * itemsize
+
+
+@memory_rule(GPVIOptions)
+def _gpvi_memory(options: GPVIOptions, n: int, d: int, itemsize: int) -> int:
+    """Plus the helper: `matrix`, an MLP k → k×k and its probes per draw; `pairwise`, run on all n·n' pairs with
+    layers of width 2·hidden_width."""
+    k = generator_noise_width(options, d)
+    helper = options.helper_network
+    total = _kernel_generative_memory(options, n, d, itemsize)
+    if options.helper == "matrix":
+        layers = [helper.hidden_width] * helper.resolved_layers("matrix")
+        total += PARAMETER_COPIES * mlp_parameters([k, *layers, k * k]) * itemsize
+        return total + ACTIVATION_COPIES * n * (k * k + helper.probes * k) * itemsize
+    pair_width = k + helper.resolved_layers("pairwise") * 2 * helper.hidden_width
+    return total + ACTIVATION_COPIES * n * (options.expectation_particles or n) * pair_width * itemsize
+
+
+@memory_rule(AmortizedGFSFOptions)
+def _amortized_gfsf_memory(options: AmortizedGFSFOptions, n: int, d: int, itemsize: int) -> int:
+    """Plus GFSF's dense float64 solve up to DENSE_SOLVE_MAX_N draws."""
+    dense = dense_solve_bytes(n) if n <= DENSE_SOLVE_MAX_N else 0
+    return _kernel_generative_memory(options, n, d, itemsize) + dense

@@ -76,14 +76,34 @@ class KernelOptions(StrictModel):
     precision: Literal["ieee", "tf32", "bf16"] = "ieee"
 
 
+class SpeedupBandwidthRuleOptions(BandwidthOptions):
+    """`kernel.bandwidth` of the speed-up methods (Kang, "Speedup methods for SVGD"): the rules above, used where
+    `source` is `kernel`, and by default (`source: "cross_median"`, Kang's code) h = median of the n×m squared
+    distances between all n particles and the m subset/induced points / `cross_divisor`(n) with the FULL n
+    (default log(n + 1)); h = 1 if that median is 0. The paper's exp(-d²/2h̃²) with h̃² = 0.5·med/log(n+1) is our
+    exp(-d²/h), h = 2h̃². `kernel`: the rule (`rule`, `divisor`, ...) applied to all n particles (O(n²) unless
+    median_subsampled/fixed)."""
+
+    source: Literal["cross_median", "kernel"] = Field(
+        default="cross_median", description="cross_median (Kang's code) or the kernel rule over all n particles")
+    cross_divisor: Literal["log_n", "log_n_plus_1", "log_n_squared", "none"] = Field(
+        default="log_n_plus_1", description="divisor of the cross median (formerly options.bandwidth.divisor)")
+
+
+class SpeedupKernelOptions(KernelOptions):
+    """`kernel` of the speed-up methods: the kernel options with `SpeedupBandwidthRuleOptions`."""
+
+    bandwidth: SpeedupBandwidthRuleOptions = Field(default_factory=SpeedupBandwidthRuleOptions)
+
+
 def exact_median_over_particles(options: object) -> bool:
     """Whether a method's options (any schema) make it take the exact median over all its particles: a `kernel`
     whose bandwidth rule is `median`, `scaled` or a `running_average` of either, unless a speed-up method takes
-    its cross median instead (`bandwidth.source`). All n² distances in memory, so at most EXACT_MAX_N particles."""
+    its cross median instead (`kernel.bandwidth.source`). All n² distances in memory, so at most EXACT_MAX_N particles."""
     kernel = getattr(options, "kernel", None)
     if not isinstance(kernel, KernelOptions):
         return False
-    if getattr(getattr(options, "bandwidth", None), "source", "kernel") == "cross_median":
-        return False
     bandwidth = kernel.bandwidth
+    if isinstance(bandwidth, SpeedupBandwidthRuleOptions) and bandwidth.source == "cross_median":
+        return False
     return (bandwidth.average_of if bandwidth.rule == "running_average" else bandwidth.rule) in ("median", "scaled")

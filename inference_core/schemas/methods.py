@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
+from inference_core.memory import DENSE_SOLVE_MAX_N, dense_solve_bytes, memory_rule, particle_bytes
 from inference_core.schemas.common import JsonTuple, StrictModel
-from inference_core.schemas.kernels import BandwidthOptions, KernelOptions
+from inference_core.schemas.kernels import BandwidthOptions, KernelOptions, SpeedupKernelOptions
 
 
 class NoiseHoldoutOptions(StrictModel):
@@ -91,6 +92,14 @@ class GFSFOptions(ParticleMethodOptions):
     )
 
 
+
+@memory_rule(GFSFOptions)
+def _gfsf_memory(options: GFSFOptions, n: int, d: int, itemsize: int) -> int:
+    """The particle rule plus the dense float64 solve, where it is one (`solve_method`: cholesky, or auto up to
+    DENSE_SOLVE_MAX_N particles)."""
+    dense = options.solve_method == "cholesky" or (options.solve_method == "auto" and n <= DENSE_SOLVE_MAX_N)
+    return particle_bytes(options, n, d, itemsize) + (dense_solve_bytes(n) if dense else 0)
+
 class WSGLDOptions(ParticleMethodOptions):
     """w-SGLD-B (Chen et al. 2018; f-POVI Table 1), deterministic blob update."""
 
@@ -101,16 +110,54 @@ class PiSGLDOptions(WSGLDOptions):
     """pi-SGLD = (w-SGLD-B + SVGD) / 2 with one kernel (f-POVI Table 1; thu-ml/fpovi)."""
 
 
-class CriticOptions(StrictModel):
-    """The KSD critic f: R^d → R^d, an MLP without BatchNorm (BatchNorm couples the particles and biases the
-    Hutchinson trace; docs/implementation-notes.md, "KSD critic")."""
+#: The activations of the critic (and the generators): inference_core.networks.ACTIVATIONS.
+Activation = Literal["relu", "tanh", "sigmoid", "softplus", "elu", "leaky_relu", "silu", "gelu"]
+#: The widest hidden layer of a critic or generator.
+MAX_WIDTH = 16_384
+#: The critic's default hidden widths: `ksd` (ALF's default) and `amortized_ksd` (GPVI Table 7: 1×100).
+PARTICLE_CRITIC_HIDDEN = [100, 100]
+GENERATIVE_CRITIC_HIDDEN = [100]
 
-    hidden: list[int] = Field(default_factory=lambda: [100, 100], min_length=1, max_length=8,
-                              description="hidden widths (GPVI BLR: [100]; ALF default [100, 100])")
-    activation: Literal["relu", "tanh", "softplus", "silu"] = "relu"
-    lr: float = Field(default=1e-3, gt=0, le=10, description="critic Adam learning rate")
+
+def _critic_optimizer() -> OptimizerOptions:
+    return OptimizerOptions(name="adam", lr=1e-3)
+
+
+class CriticOptions(StrictModel):
+    """The KSD critic f_ψ: R^d → R^d of `ksd` and `amortized_ksd` (methods.critic.KSDCritic), an MLP without
+    BatchNorm (BatchNorm couples the particles and biases the Hutchinson trace; docs/implementation-notes.md, "KSD
+    critic"), trained `steps` times per step to maximise E[∇log p·f + tr ∇f] − l2_weight·E||f||² (ALF's minmax
+    critic; GPVI Table 7: lr 1e-3, L2 weight 10). `trace`: exact (d backward passes) or Hutchinson (one Gaussian
+    probe); `auto` is exact for d ≤ 16 (methods.directions.EXACT_TRACE_MAX_DIM)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _lr_spelling(cls, data: Any) -> Any:
+        """The deprecated `lr` (the former `ksd` spelling) is `optimizer.lr`."""
+        if not isinstance(data, dict) or data.get("lr") is None:
+            return data
+        data = dict(data)
+        lr = data.pop("lr")
+        optimizer = data.get("optimizer")
+        if isinstance(optimizer, OptimizerOptions):
+            optimizer = optimizer.model_dump()
+        optimizer = dict(optimizer) if isinstance(optimizer, dict) else {"name": "adam"}
+        if "lr" in optimizer:
+            raise ValueError("give the critic's learning rate once: `optimizer.lr` (`lr` is its deprecated spelling)")
+        data["optimizer"] = {**optimizer, "lr": lr}
+        return data
+
+    hidden: list[int] | None = Field(
+        default=None, max_length=8,
+        description=f"hidden widths (each 1 to {MAX_WIDTH}); default {PARTICLE_CRITIC_HIDDEN} for ksd (ALF), "
+        f"{GENERATIVE_CRITIC_HIDDEN} for amortized_ksd (GPVI Table 7)")
+    activation: Activation = "relu"
+    optimizer: OptimizerOptions = Field(default_factory=_critic_optimizer,
+                                        description="critic optimiser (default Adam, lr 1e-3)")
+    lr: float | None = Field(default=None, gt=0, le=10, exclude=True, deprecated=True,
+                             description="Deprecated: use critic.optimizer.lr (moved there when given)")
     l2_weight: float = Field(default=10.0, ge=0, le=1e6, description="weight of E||f||² in the critic loss")
-    steps: int = Field(default=2, ge=1, le=100, description="critic updates per particle step (ALF default 2)")
+    steps: int = Field(default=2, ge=1, le=100, description="critic updates per step (ALF default 2)")
     trace: Literal["auto", "exact", "hutchinson"] = Field(
         default="auto", description="tr ∇f: exact (d backward passes) or Hutchinson (one Gaussian probe); "
         "auto = exact for d ≤ 16"
@@ -118,10 +165,14 @@ class CriticOptions(StrictModel):
 
     @field_validator("hidden")
     @classmethod
-    def _widths(cls, value: list[int]) -> list[int]:
-        if any(w < 1 or w > 4096 for w in value):
-            raise ValueError("critic hidden widths must be between 1 and 4096")
+    def _widths(cls, value: list[int] | None) -> list[int] | None:
+        if value is not None and any(not 1 <= w <= MAX_WIDTH for w in value):
+            raise ValueError(f"critic hidden widths must be between 1 and {MAX_WIDTH}")
         return value
+
+    def with_hidden(self, default: list[int]) -> CriticOptions:
+        """These options with `hidden` filled in by the method's default where left out."""
+        return self if self.hidden is not None else self.model_copy(update={"hidden": list(default)})
 
 
 class KSDOptions(ParticleMethodOptions):
@@ -129,26 +180,68 @@ class KSDOptions(ParticleMethodOptions):
 
     critic: CriticOptions = Field(default_factory=CriticOptions)
 
+    @model_validator(mode="after")
+    def _critic_hidden(self) -> KSDOptions:
+        self.critic = self.critic.with_hidden(PARTICLE_CRITIC_HIDDEN)
+        if not self.critic.hidden:
+            raise ValueError("critic hidden: the particle critic needs at least one hidden layer")
+        return self
+
 
 class SpeedupBandwidthOptions(StrictModel):
-    """Bandwidth of the speed-up methods.
-
-    `cross_median` (default, Kang's code): h = median of the n×m squared distances between all n particles
-    and the m subset/induced points, divided by `divisor`(n) with the FULL n (default log(n + 1)); h = 1 if
-    that median is 0. The paper's exp(-d²/2h̃²) with h̃² = 0.5·med/log(n+1) is our exp(-d²/h), h = 2h̃².
-    `kernel`: the rule of `kernel.bandwidth` applied to all n particles (O(n²) unless median_subsampled/fixed).
-    """
+    """Deprecated `options.bandwidth` of the speed-up methods: `source` is now `kernel.bandwidth.source` and
+    `divisor` `kernel.bandwidth.cross_divisor` (schemas.kernels.SpeedupBandwidthRuleOptions)."""
 
     source: Literal["cross_median", "kernel"] = "cross_median"
     divisor: Literal["log_n", "log_n_plus_1", "log_n_squared", "none"] = "log_n_plus_1"
 
 
+def _moved_speedup_bandwidth(data: Any) -> Any:
+    """The deprecated `options.bandwidth` {source, divisor} → `options.kernel.bandwidth` {source, cross_divisor}."""
+    if not isinstance(data, dict) or data.get("bandwidth") is None:
+        return data
+    data = dict(data)
+    old = data.pop("bandwidth")
+    if isinstance(old, BaseModel):
+        old = old.model_dump()
+    if not isinstance(old, dict):
+        raise ValueError("bandwidth: deprecated spelling of kernel.bandwidth.source/cross_divisor, an object")
+    unknown = set(old) - {"source", "divisor"}
+    if unknown:
+        raise ValueError(f"bandwidth: unknown fields {sorted(unknown)} (use kernel.bandwidth)")
+    kernel = data.get("kernel")
+    if isinstance(kernel, BaseModel):
+        kernel = kernel.model_dump()
+    kernel = dict(kernel) if isinstance(kernel, dict) else {}
+    rule = kernel.get("bandwidth")
+    if isinstance(rule, BaseModel):
+        rule = rule.model_dump()
+    rule = dict(rule) if isinstance(rule, dict) else {}
+    moved = {"source": old.get("source"), "cross_divisor": old.get("divisor")}
+    for key, value in moved.items():
+        if value is None:
+            continue
+        if key in rule:
+            raise ValueError(f"give kernel.bandwidth.{key} once (`bandwidth` is its deprecated spelling)")
+        rule[key] = value
+    data["kernel"] = {**kernel, "bandwidth": rule}
+    return data
+
+
 class SubsetOptions(ParticleMethodOptions):
     """Random-subset SVGD (Kang, "Speedup methods for SVGD", Alg. 2)."""
 
-    kernel: KernelOptions = Field(default_factory=KernelOptions)
+    @model_validator(mode="before")
+    @classmethod
+    def _bandwidth_spelling(cls, data: Any) -> Any:
+        return _moved_speedup_bandwidth(data)
+
+    kernel: SpeedupKernelOptions = Field(default_factory=SpeedupKernelOptions)
     subset_size: int = Field(default=20, ge=1, le=100_000, description="m: subset / induced points per step")
-    bandwidth: SpeedupBandwidthOptions = Field(default_factory=SpeedupBandwidthOptions)
+    bandwidth: SpeedupBandwidthOptions | None = Field(
+        default=None, exclude=True, deprecated=True,
+        description="Deprecated: use options.kernel.bandwidth.source and options.kernel.bandwidth.cross_divisor "
+        "(moved there when given)")
 
 
 class SubsetCFOptions(SubsetOptions):

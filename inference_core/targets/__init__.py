@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import BaseModel
+
 from inference_core import errors
 from inference_core.catalog import TARGET_KINDS, resolve
 from inference_core.targets.base import BuildContext, Reference, Target
@@ -11,8 +13,11 @@ from inference_core.targets.base import BuildContext, Reference, Target
 __all__ = ["BuildContext", "Reference", "Target", "build_target"]
 
 
-def build_target(spec: dict[str, Any], context: BuildContext | None = None) -> Target:
-    """Build a target from its spec dict (validated again here: this is also the notebook entry point)."""
+def build_target(spec: dict[str, Any] | BaseModel, context: BuildContext | None = None) -> Target:
+    """Build a target from its spec dict (validated here: this is also the notebook entry point), or from the
+    schema object an admitted spec holds (`AdmittedSpec.target`, validated once already)."""
+    if isinstance(spec, BaseModel):
+        return resolve(TARGET_KINDS[spec.kind].builder)(spec, context or BuildContext())
     kind = TARGET_KINDS.get(spec.get("kind"))  # type: ignore[arg-type]
     if kind is None:
         raise errors.TargetUnknown(f"unknown target kind {spec.get('kind')!r}")

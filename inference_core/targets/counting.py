@@ -2,7 +2,11 @@
 
 One count per particle row per call of `score` or of `log_prob` (a `log_prob` made inside `score` is not
 counted twice). Methods that differentiate `log_prob` themselves (Pathfinder, NUTS through Pyro, MF-VI) are
-counted by their `log_prob` rows. The run loop pauses the count while it evaluates diagnostics, so the number
+counted by their `log_prob` rows. Methods that evaluate the model's likelihood without `log_prob` or `score`
+count through `record_evaluations`, in the same unit: one per function (a particle's network, a draw of a
+generator) whose minibatch log-likelihood gradient they evaluate (f-POVI and `amortized_fsvgd`: n per step,
+the likelihood's gradient at the function values pulled back through the network; `fvi`: its posterior
+draws, none while it distils the prior). The run loop pauses the count while it evaluates diagnostics, so the number
 is what the method itself spent.
 """
 
@@ -41,6 +45,11 @@ class EvaluationCounter:
 
         target.log_prob = counted_log_prob  # type: ignore[method-assign]
         target.score = counted_score  # type: ignore[method-assign]
+        target._evaluation_counter = self  # type: ignore[attr-defined] - for record_evaluations
+
+    def add(self, rows: int) -> None:
+        if self.active and self._depth == 0:
+            self.count += int(rows)
 
     @contextmanager
     def paused(self) -> Iterator[None]:
@@ -49,3 +58,11 @@ class EvaluationCounter:
             yield
         finally:
             self.active = active
+
+
+def record_evaluations(target: Target, rows: int) -> None:
+    """Count `rows` evaluations made outside `log_prob`/`score` (a method that differentiates the likelihood of
+    its function values itself); a no-op on a target no counter wraps."""
+    counter = getattr(target, "_evaluation_counter", None)
+    if counter is not None:
+        counter.add(rows)

@@ -1,7 +1,7 @@
 """A target seen in whitened coordinates u, x = shift + root·u (issue 14's preconditioning).
 
 The posterior of a badly scaled, correlated target is roughly N(0, I) in u when (shift, root rootᵀ) is a
-Gaussian fitted to it (Pathfinder, `methods.auto.pathfinder`): log p_u(u) = log p(shift + root·u) (the
+Gaussian fitted to it (Pathfinder, `preconditioning.pathfinder`): log p_u(u) = log p(shift + root·u) (the
 constant log|det root| dropped), s_u(u) = rootᵀ s(x). Methods train in u and map their draws back.
 """
 

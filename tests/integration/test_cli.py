@@ -148,14 +148,15 @@ def _readme_block(heading: str, language: str, index: int = 0) -> str:
 
 def test_readme_examples_run_as_pasted(served: Any, tmp_path: Path) -> None:
     """The README's client, CLI, try-it and sampler examples, verbatim but for the service's address (the
-    README's localhost:8000 is this test's port; `parvis` and the client read it from $PARVIS_URL)."""
+    README's localhost:8000 is this test's port; `parvis` and the client read it from $PARVIS_URL) and the
+    folder of their output files (the README's /tmp/ is this test's tmp_path); they leave nothing else behind."""
     env = client_env(tmp_path, served.url)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"  # `parvis` and `python3`
     (tmp_path / ".venv").symlink_to(Path(sys.executable).parent.parent)  # the blocks' `source .venv/bin/activate`
     address = served.url.removeprefix("http://")
 
     def bash(block: str) -> str:
-        result = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", block.replace("localhost:8000", address)],
+        result = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", block.replace("localhost:8000", address).replace("/tmp/", f"{tmp_path}/")],
                                 cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
         assert result.returncode == 0, result.stderr
         return result.stdout
@@ -171,11 +172,14 @@ def test_readme_examples_run_as_pasted(served: Any, tmp_path: Path) -> None:
         "Bayesian neural networks: predictions, function-space methods, baselines", "bash")).split(maxsplit=2)
     assert float(rmse) > 0 and np.isfinite(float(log_lik)) and len(json.loads(predicted)["mean"]) == 1
 
-    script = _readme_block("Python client", "python", 0) + _readme_block("Python client", "python", 1)
+    script = (_readme_block("Python client", "python", 0) + _readme_block("Python client", "python", 1)).replace(
+        "/tmp/", f"{tmp_path}/")
     result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
                             timeout=300)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[0] == "target_invalid" and "x[1]" in result.stdout
+    written = {path.name for path in tmp_path.iterdir() if not path.name.startswith(".")}  # HOME is tmp_path too
+    assert written == {"draws.npy", "sampler.zip", "spec.yaml", "particles.csv"}, written  # all under /tmp/
 
 
 def test_light_distribution_works_without_torch(served: Any, tmp_path: Path) -> None:

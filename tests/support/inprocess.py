@@ -3,7 +3,7 @@ Celery worker does with the job's message, without a broker consumer or a subpro
 
 from __future__ import annotations
 
-from service import jobs as job_state
+from service import job_state
 from service.db import make_engine, make_session_factory
 from service.models import Job
 from service.queue import make_celery

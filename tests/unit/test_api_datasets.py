@@ -10,8 +10,8 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import update
 
-from app.api.auth import create_api_key
 from inference_core.datasets import dataset_from_npz
+from service.api_keys import create_api_key
 from service.db import make_engine, make_session_factory
 from service.models import Job
 from tests.unit.test_api_jobs import assert_problem

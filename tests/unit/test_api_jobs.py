@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from app.api.auth import create_api_key
+from service.api_keys import create_api_key
 from service.db import make_engine, make_session_factory
 from service.settings import Settings
 

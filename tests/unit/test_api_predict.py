@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.api.auth import create_api_key
 from inference_core.samplers import load
+from service.api_keys import create_api_key
 from service.db import make_engine, make_session_factory
 from service.settings import Settings
 from tests.support.inprocess import run_worker

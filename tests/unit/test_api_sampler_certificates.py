@@ -16,7 +16,7 @@ from inference_core.samplers.certificate import corrected_draws, sampler_quality
 from inference_core.targets import BuildContext, build_target
 from inference_core.training import run
 from service.db import make_engine, make_session_factory
-from service.jobs import new_id
+from service.job_state import new_id
 from service.models import Job
 from service.samplers import store_sampler
 from service.store import make_store
@@ -114,16 +114,16 @@ def test_certificate_requests_that_cannot_be_honoured(make_client, trained) -> N
 
 
 def test_certificate_work_is_capped_before_any_draw(make_client, trained, monkeypatch) -> None:
-    from app.api import certificates
+    from app.api import compute
 
     spec, sampler = trained
     client, settings = make_client()
     url = f"/v1/samplers/{stored(settings, spec, sampler, None)}/sample"
     # k = 2, hidden [32]: 2·32 + 32·2 = 128 multiply-adds per tangent row, so 1000 proposals cost 256,000
-    monkeypatch.setattr(certificates, "MAX_JACOBIAN_WORK", 256_000 - 1)
+    monkeypatch.setattr(compute, "MAX_JACOBIAN_WORK", 256_000 - 1)
     assert_problem(client.post(url, json={"n": 500, "correct": "psis"}), 413, "limit_exceeded")  # 2n proposals
     assert client.post(url, json={"n": 499, "correct": "psis"}).status_code == 200
-    monkeypatch.setattr(certificates, "MAX_WEIGHT_ROW_EVALUATIONS", 99)  # a Gaussian counts 1 row per proposal
+    monkeypatch.setattr(compute, "MAX_WEIGHT_ROW_EVALUATIONS", 99)  # a Gaussian counts 1 row per proposal
     assert_problem(client.post(url, json={"n": 50, "correct": "imh"}), 413, "limit_exceeded")
 
 
@@ -166,7 +166,7 @@ def test_a_job_is_never_called_better_than_its_sampler() -> None:
 
     job = {"ksd": None, "warnings": [], "trustworthy": True, "verdict": "good", "reason": "no warning raised",
            "checks": ["spread_ratio"], "next_steps": []}
-    gpvi = SimpleNamespace(name="gpvi", target=SimpleNamespace(dim=2, initial_particles=None))
+    gpvi = SimpleNamespace(name="gpvi", target=SimpleNamespace(dim=2, initial_particles=None), auto_remedy="draws")
     assert with_sampler_certificate(job, None, gpvi) is job
     uncomputed = with_sampler_certificate(job, {"verdict": None, "reason": "the report could not be computed"}, gpvi)
     assert uncomputed["verdict"] == uncomputed["sampler_verdict"] == "unchecked" and not uncomputed["trustworthy"]

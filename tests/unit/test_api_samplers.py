@@ -8,10 +8,10 @@ import io
 import numpy as np
 import pytest
 
-from app.api.auth import create_api_key
 from inference_core.training import run
+from service.api_keys import create_api_key
 from service.db import make_engine, make_session_factory
-from service.jobs import new_id
+from service.job_state import new_id
 from service.models import Job
 from service.samplers import store_sampler
 from service.store import make_store

@@ -12,7 +12,7 @@ import pytest
 from inference_core.samplers import load
 from inference_core.training import run
 from service.db import make_engine, make_session_factory
-from service.jobs import new_id
+from service.job_state import new_id
 from service.models import Job
 from service.samplers import store_sampler
 from service.store import make_store

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from app.api.routes.targets import DTYPE_RTOL
+from app.api.compute import DTYPE_RTOL
 from tests.unit.test_api_jobs import assert_problem
 
 # -exp(x0) overflows float32 (e^89 > 3.4e38) long before float64 (e^710); nothing to rewrite (no log).

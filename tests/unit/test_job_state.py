@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy.orm import Session
 
-from service import jobs as job_state
+from service import job_state
 from service.db import make_engine, make_session_factory
 from service.migrate import upgrade
 from service.models import Job, MetricPoint, utcnow

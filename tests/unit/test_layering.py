@@ -94,3 +94,31 @@ def test_the_client_package_imports_no_torch_and_no_service_code() -> None:
     loaded = _modules_after("import parvis, parvis.cli, parvis.export\nparvis.cli.build_parser()")
     assert "httpx" in loaded and "numpy" in loaded
     assert loaded & {"torch", "inference_core", "app", "workers", "fastapi", "sqlalchemy", "celery", "arviz"} == set()
+
+
+#: The core's modules that import no torch: what API modules other than app/api/compute.py may use.
+TORCH_FREE_CORE = ("inference_core", "inference_core.spec", "inference_core.catalog", "inference_core.errors",
+                   "inference_core.datasets", "inference_core.datasets.columns")
+
+
+def test_only_the_compute_module_of_the_api_touches_torch() -> None:
+    """app/api/compute.py owns every torch call the API makes (validate, density, predict, sample); no other API
+    module imports torch or any core module beyond the torch-free ones, which import no torch themselves."""
+    others = [(path, name) for path, name in imported_names("app") if path != "app/api/compute.py"]
+    assert [f"{p}: {n}" for p, n in others if n.split(".")[0] == "torch"] == []
+    core = sorted({n for _, n in others if n.split(".")[0] == "inference_core"})
+    assert set(core) <= set(TORCH_FREE_CORE), core
+    assert "torch" not in _modules_after("import " + ", ".join(TORCH_FREE_CORE))
+
+
+def test_the_tenant_filter_is_written_in_the_repositories_only() -> None:
+    """Routes speak no SQL and import no other route; the `tenant_id ==` filter is written in service/repositories/
+    and service/api_keys.py (which finds a key's tenant), nowhere else."""
+    for path in (REPO / "app" / "api" / "routes").glob("*.py"):
+        text = path.read_text()
+        assert "sqlalchemy" not in text, path.name
+        assert "from app.api.routes" not in text, path.name
+    filtered = sorted(str(path.relative_to(REPO)) for package in ("app", "service", "workers")
+                      for path in (REPO / package).rglob("*.py") if "tenant_id ==" in path.read_text())
+    assert all(p.startswith("service/repositories/") or p == "service/api_keys.py" for p in filtered), filtered
+    assert "service/repositories/jobs.py" in filtered

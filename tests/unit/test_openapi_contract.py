@@ -14,8 +14,8 @@ import httpx
 import pytest
 import uvicorn
 
-from app.api.auth import create_api_key
 from app.main import create_app
+from service.api_keys import create_api_key
 from service.db import make_engine, make_session_factory
 from service.migrate import upgrade
 from service.settings import Settings

@@ -11,7 +11,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.db import make_engine, make_session_factory
-from service.jobs import new_id
+from service.job_state import new_id
 from service.migrate import upgrade
 from service.models import Artifact, DatasetRecord, Job, JobDataset, MetricPoint, Sampler, utcnow
 from service.retention import expires_at_for, job_is_expired, retention_for, sweep_expired

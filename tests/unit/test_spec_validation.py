@@ -113,13 +113,22 @@ def test_the_memory_estimate_counts_the_exact_medians_distances() -> None:
 
 
 def test_a_data_set_target_gets_the_exact_median_check_once_its_dimension_is_known() -> None:
-    """For a target over an uploaded data set validate_job_spec cannot size the job; the service calls
-    check_job_memory with the data set's dimension, which refuses the exact median too (after the memory cap)."""
-    from inference_core.spec import check_job_memory
+    """For a target over an uploaded data set, admission without the data set's shape cannot size the job; given
+    the shape (the service passes `Datasets.shapes`), the model's dimension follows from it and the memory cap
+    and the exact-median refusal apply."""
+    from inference_core.datasets.columns import DatasetShape
+    from inference_core.spec import admit
 
     bnn = {"kind": "bnn", "dataset": "ds_" + "0" * 32, "hidden": [4]}
-    spec = validate_job_spec({"method": "svgd", "target": bnn, "num_particles": 12_000})
+    shapes = {bnn["dataset"]: DatasetShape(n_rows=50, n_features=8, has_y=True)}
+    spec = {"method": "svgd", "target": bnn, "num_particles": 12_000}
+    assert admit(spec).dim is None  # library use: not sized, not refused
     with pytest.raises(errors.MethodOptionsInvalid, match="refused beyond 11,585 particles"):
-        check_job_memory(spec, 41, Limits())
+        admit(spec, Limits(), shapes)
     with pytest.raises(errors.LimitExceeded, match="memory estimate"):
-        check_job_memory(spec, 10**6, Limits(max_job_memory_bytes=8 * 1024**3))
+        admit({**spec, "num_particles": 100}, Limits(max_job_memory_bytes=1024), shapes)
+    admitted = admit({**spec, "num_particles": 10}, Limits(), lambda ids: shapes)
+    assert admitted.dim == 8 * 4 + 4 + 4 * 1 + 1 + 1  # a 8-4-1 network's weights and biases, the noise's log γ
+    assert admitted.dataset_ids == (bnn["dataset"],)
+    with pytest.raises(errors.TargetInvalid, match="no dataset"):
+        admit(spec, Limits(), {})

@@ -2,59 +2,21 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
-from pydantic import BaseModel
-from sqlalchemy import and_, delete, or_, select
 from starlette.concurrency import run_in_threadpool
 
 from app.api.deps import CurrentTenant, SessionDep, SettingsDep, StoreDep
-from app.api.pagination import clamp_page_size, decode_token, encode_token
-from app.api.problems import Problem, not_found
-from app.api.retention import RETENTION_QUERY_DESCRIPTION, expired, requested_expiry
+from app.api.pagination import clamp_page_size, cursor_of, next_token
+from app.api.problems import Problem
+from app.api.retention import RETENTION_QUERY_DESCRIPTION, requested_expiry
+from app.api.schemas import DatasetList, DatasetOut
+from app.api.views import dataset_out
 from inference_core.datasets import DatasetTooLarge, UnsupportedMediaType, parse_dataset_upload
-from service.datasets import owned_dataset, save_dataset
-from service.models import Artifact, DatasetRecord, Job, JobDataset, utcnow
-from service.retention import delete_bytes, is_expired, not_expired
+from service.repositories import Datasets
 
 router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
-
-ACTIVE = ("queued", "running")
-
-
-class DatasetOut(BaseModel):
-    id: str
-    name: str | None
-    n_rows: int
-    n_features: int
-    n_test_rows: int
-    y: str  # none | float | labels
-    n_classes: int | None
-    dtype: str
-    sha256: str
-    size_bytes: int
-    created_at: datetime
-    expires_at: datetime | None = None  # retention: 410 `expired` once past; null: kept forever
-
-
-class DatasetList(BaseModel):
-    datasets: list[DatasetOut]
-    next_page_token: str | None
-
-
-def dataset_out(record: DatasetRecord, artifact: Artifact) -> DatasetOut:
-    return DatasetOut(id=record.id, name=record.name, n_rows=record.n_rows, n_features=record.n_features,
-                      n_test_rows=record.n_test_rows, y=record.y_kind, n_classes=record.n_classes,
-                      dtype="float64", sha256=artifact.sha256, size_bytes=artifact.size_bytes,
-                      created_at=record.created_at, expires_at=record.expires_at)
-
-
-def _artifact(session, dataset_id: str) -> Artifact:  # noqa: ANN001
-    return session.execute(select(Artifact).where(Artifact.dataset_id == dataset_id,
-                                                  Artifact.role == "dataset")).scalar_one()
-
 
 def _parse_target_column(value: str | None) -> int | str | None:
     if value is None:
@@ -120,8 +82,8 @@ async def upload_dataset(
             raise Problem(413, "dataset_too_large", str(exc)) from None
         except ValueError as exc:
             raise Problem(422, "dataset_invalid", str(exc)) from None
-        record, artifact = save_dataset(session, store, tenant, dataset, name=name,
-                                        source_media_type=media_type, expires_at=expires_at)
+        record, artifact = Datasets(session, tenant).save(store, dataset, name=name, source_media_type=media_type,
+                                                          expires_at=expires_at)
         return dataset_out(record, artifact)
 
     return await run_in_threadpool(parse_and_store)
@@ -136,42 +98,19 @@ def list_datasets(
     page_token: Annotated[str | None, Query()] = None,
 ) -> DatasetList:
     size = clamp_page_size(page_size, settings.default_page_size, settings.max_page_size)
-    query = select(DatasetRecord, Artifact).join(Artifact, Artifact.dataset_id == DatasetRecord.id).where(
-        DatasetRecord.tenant_id == tenant, not_expired(DatasetRecord.expires_at, utcnow()))
-    if page_token:
-        created, last_id = decode_token(settings.resolved_secret_key(), page_token, {"kind": "datasets"})
-        query = query.where(or_(DatasetRecord.created_at < created,
-                                and_(DatasetRecord.created_at == created, DatasetRecord.id < last_id)))
-    rows = session.execute(query.order_by(DatasetRecord.created_at.desc(), DatasetRecord.id.desc())
-                           .limit(size + 1)).all()
-    page = rows[:size]
-    token = (encode_token(settings.resolved_secret_key(), page[-1][0].created_at, page[-1][0].id,
-                          {"kind": "datasets"}) if len(rows) > size else None)
-    return DatasetList(datasets=[dataset_out(r, a) for r, a in page], next_page_token=token)
+    filters, secret = {"kind": "datasets"}, settings.resolved_secret_key()
+    page = Datasets(session, tenant).page(size, cursor_of(secret, page_token, filters))
+    return DatasetList(datasets=[dataset_out(r, a) for r, a in page.items],
+                       next_page_token=next_token(secret, page, filters))
 
 
 @router.get("/{dataset_id}", response_model=DatasetOut)
 def get_dataset(dataset_id: str, session: SessionDep, tenant: CurrentTenant) -> DatasetOut:
-    record = owned_dataset(session, tenant, dataset_id)
-    if record is None:
-        raise not_found("dataset", dataset_id)
-    if is_expired(record.expires_at):
-        raise expired("dataset", dataset_id, record.expires_at)
-    return dataset_out(record, _artifact(session, dataset_id))
+    datasets = Datasets(session, tenant)
+    return dataset_out(datasets.owned(dataset_id), datasets.artifact(dataset_id))
 
 
 @router.delete("/{dataset_id}", status_code=204)
 def delete_dataset(dataset_id: str, session: SessionDep, tenant: CurrentTenant, store: StoreDep) -> Response:
-    record = owned_dataset(session, tenant, dataset_id)
-    if record is None:
-        raise not_found("dataset", dataset_id)
-    if is_expired(record.expires_at):
-        raise expired("dataset", dataset_id, record.expires_at)
-    live = session.execute(select(Job.id).join(JobDataset, JobDataset.job_id == Job.id).where(
-        JobDataset.dataset_id == dataset_id, Job.status.in_(ACTIVE)).limit(1)).scalar_one_or_none()
-    if live is not None:
-        raise Problem(409, "dataset_in_use", f"job {live} is queued or running with this dataset")
-    path = _artifact(session, dataset_id).path
-    session.execute(delete(DatasetRecord).where(DatasetRecord.id == dataset_id, DatasetRecord.tenant_id == tenant))
-    delete_bytes(session, store, [path.rsplit("/", 1)[0]])  # commits; a failed deletion is retried by the sweeper
+    Datasets(session, tenant).delete(dataset_id, store)
     return Response(status_code=204)

@@ -20,9 +20,10 @@ from starlette.types import Receive, Scope, Send
 
 from app.api.deps import CurrentTenant, SettingsDep
 from app.api.problems import DATABASE_UNAVAILABLE_ERRORS
-from app.api.routes.jobs import job_out, owned_job, sampler_ids
 from app.api.stream_slots import StreamSlot
+from app.api.views import job_out
 from service.models import TERMINAL_STATUSES
+from service.repositories import Jobs
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
@@ -53,7 +54,7 @@ def job_events(
 ) -> StreamingResponse:
     factory = request.app.state.session_factory
     with factory() as session:  # closed before the stream starts
-        owned_job(session, tenant, job_id)  # 404 before the stream starts
+        Jobs(session, tenant).owned(job_id)  # 404 before the stream starts
     slot = request.app.state.stream_slots.acquire(tenant, settings.max_streams_per_tenant)
     # A shared slot is leased for `stream_slot_ttl_seconds` and renewed between reads: read at least thrice a TTL.
     poll_seconds = min(poll_seconds, settings.stream_slot_ttl_seconds / 3)
@@ -62,8 +63,9 @@ def job_events(
         """The job as the client sees it, or None while the database is unreachable (the stream waits)."""
         try:
             with factory() as own:  # closed (connection back in the pool) before any serialising
-                job = owned_job(own, tenant, job_id)
-                sampler_id = sampler_ids(own, [job.id]).get(job.id)
+                jobs = Jobs(own, tenant)
+                job = jobs.owned(job_id)
+                sampler_id = jobs.sampler_ids([job.id]).get(job.id)
             return job_out(job, sampler_id).model_dump(mode="json", exclude={"spec"})
         except DATABASE_UNAVAILABLE_ERRORS:
             return None

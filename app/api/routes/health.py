@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import os
-from datetime import timedelta
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
-from sqlalchemy import func, select, text
 
 from app.api.deps import SenderDep, SessionDep, SettingsDep
 from app.api.schemas import Health
-from service.models import WorkerHeartbeat, utcnow
+from service.workers_seen import live_workers
 
 router = APIRouter(prefix="/v1/health", tags=["health"])
 
@@ -27,13 +25,9 @@ def ready(request: Request, session: SessionDep, settings: SettingsDep, sender: 
     # warm: torch and the samplers are imported (start-up warm-up); informative, readiness does not wait on it.
     checks: dict[str, object] = {"warm": request.app.state.compute.warm.is_set()}
     try:
-        session.execute(text("SELECT 1"))
+        workers = live_workers(session, settings.heartbeat_seconds)
         checks["database"] = "ok"
-        cutoff = utcnow() - timedelta(seconds=max(3 * settings.heartbeat_seconds, 10.0))
-        workers = session.execute(
-            select(func.count()).select_from(WorkerHeartbeat).where(WorkerHeartbeat.last_seen_at > cutoff)
-        ).scalar_one()
-        checks["workers"] = int(workers)
+        checks["workers"] = workers
     except Exception:  # noqa: BLE001 - readiness reports, it does not raise
         checks["database"] = "unreachable"
         checks["workers"] = 0

@@ -1,60 +1,38 @@
 """Trained samplers: list, inspect (with the quality report stored at creation), download (zip of config.json +
 weights.safetensors, or ONNX), draw fresh samples (bit-identical for the same sampler, n and seed, and inputs x
-for function-space samplers) with their exact log q, importance weights or a correction (app.api.certificates),
+for function-space samplers) with their exact log q, importance weights or a correction (app.api.compute),
 delete."""
 
 from __future__ import annotations
 
 import math
-from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy import and_, delete, or_, select
-from sqlalchemy.orm import Session
 
-from app.api.certificates import MAX_PROPOSALS_PER_DRAW, build_float64_target, certified_draw, target_key
+from app.api.compute import (
+    BYTES_PER_VALUE,
+    MAX_PROPOSALS_PER_DRAW,
+    build_float64_target,
+    certified_draw,
+    draw,
+    load_sampler,
+    spg_density_unavailable,
+    target_key,
+    values_per_draw,
+)
 from app.api.deps import CurrentTenant, SessionDep, SettingsDep, StoreDep
 from app.api.negotiation import array_response, choose_array_format
-from app.api.pagination import clamp_page_size, decode_token, encode_token
-from app.api.problems import Problem, not_found
-from app.api.retention import expired
-from app.api.sampling import BYTES_PER_VALUE, draw, values_per_draw
-from service.models import Artifact, Job, Sampler, utcnow
-from service.retention import delete_bytes, is_expired, not_expired
+from app.api.pagination import clamp_page_size, cursor_of, next_token
+from app.api.problems import Problem
+from app.api.schemas import SamplerList, SamplerOut
+from app.api.views import sampler_out
+from service.repositories import Samplers
 from service.samplers import ONNX_MEDIA_TYPE, ZIP_MEDIA_TYPE
 
 router = APIRouter(prefix="/v1/samplers", tags=["samplers"])
-
-
-class ArtifactOut(BaseModel):
-    role: str
-    media_type: str
-    sha256: str
-    size_bytes: int
-
-
-class SamplerOut(BaseModel):
-    id: str
-    job_id: str
-    method: str
-    target: dict[str, Any]
-    dim: int
-    noise_dim: int | None
-    config: dict[str, Any]
-    artifacts: list[ArtifactOut]
-    created_at: datetime
-    expires_at: datetime | None = None  # its job's: 410 `expired` once past; null: kept forever
-    quality: dict[str, Any] | None = Field(
-        default=None, description="certificate computed when the sampler was stored (docs/api.md, 'Sampler "
-        "quality'): PSIS k̂, ESS, ELBO, log Ẑ, KSD test, verdict; null for samplers stored before it existed")
-
-
-class SamplerList(BaseModel):
-    samplers: list[SamplerOut]
-    next_page_token: str | None
 
 
 class SampleRequest(BaseModel):
@@ -97,72 +75,36 @@ def check_inputs(body: SampleRequest, config: dict[str, Any], settings: Any) -> 
     return body.x
 
 
-def owned_sampler(session: Session, tenant: str, sampler_id: str) -> Sampler:
-    sampler = session.execute(
-        select(Sampler).where(Sampler.id == sampler_id, Sampler.tenant_id == tenant)
-    ).scalar_one_or_none()
-    if sampler is None:
-        raise not_found("sampler", sampler_id)
-    if is_expired(sampler.expires_at):
-        raise expired("sampler", sampler_id, sampler.expires_at)
-    return sampler
-
-
-def sampler_artifacts(session: Session, sampler_id: str) -> dict[str, Artifact]:
-    rows = session.execute(select(Artifact).where(Artifact.sampler_id == sampler_id)).scalars()
-    return {artifact.role: artifact for artifact in rows}
-
-
-def sampler_out(sampler: Sampler, artifacts: dict[str, Artifact]) -> SamplerOut:
-    config = sampler.config
-    generator = config.get("generator", {})
-    return SamplerOut(
-        id=sampler.id, job_id=sampler.job_id, method=sampler.method, target=config.get("target", {}),
-        dim=int(generator.get("output_dim", config.get("target", {}).get("dim", 0))),
-        noise_dim=generator.get("noise_dim"), config=config,
-        artifacts=[ArtifactOut(role=a.role, media_type=a.media_type, sha256=a.sha256, size_bytes=a.size_bytes)
-                   for a in sorted(artifacts.values(), key=lambda a: a.role)],
-        created_at=sampler.created_at,
-        expires_at=sampler.expires_at,
-        quality=sampler.quality,
-    )
-
-
 @router.get("", response_model=SamplerList)
 def list_samplers(session: SessionDep, tenant: CurrentTenant, settings: SettingsDep,
                   page_size: Annotated[int | None, Query()] = None,
                   page_token: Annotated[str | None, Query()] = None) -> SamplerList:
     size = clamp_page_size(page_size, settings.default_page_size, settings.max_page_size)
-    query = select(Sampler).where(Sampler.tenant_id == tenant, not_expired(Sampler.expires_at, utcnow()))
-    if page_token:
-        created, last_id = decode_token(settings.resolved_secret_key(), page_token, {"kind": "samplers"})
-        query = query.where(or_(Sampler.created_at < created, and_(Sampler.created_at == created,
-                                                                    Sampler.id < last_id)))
-    rows = list(session.execute(query.order_by(Sampler.created_at.desc(), Sampler.id.desc())
-                                .limit(size + 1)).scalars())
-    page = rows[:size]
-    token = (encode_token(settings.resolved_secret_key(), page[-1].created_at, page[-1].id, {"kind": "samplers"})
-             if len(rows) > size else None)
-    return SamplerList(samplers=[sampler_out(s, sampler_artifacts(session, s.id)) for s in page],
-                       next_page_token=token)
+    filters, secret = {"kind": "samplers"}, settings.resolved_secret_key()
+    samplers = Samplers(session, tenant)
+    page = samplers.page(size, cursor_of(secret, page_token, filters))
+    return SamplerList(samplers=[sampler_out(s, samplers.artifacts(s)) for s in page.items],
+                       next_page_token=next_token(secret, page, filters))
 
 
 @router.get("/{sampler_id}", response_model=SamplerOut)
 def get_sampler(sampler_id: str, session: SessionDep, tenant: CurrentTenant) -> SamplerOut:
-    sampler = owned_sampler(session, tenant, sampler_id)
-    return sampler_out(sampler, sampler_artifacts(session, sampler.id))
+    samplers = Samplers(session, tenant)
+    sampler = samplers.owned(sampler_id)
+    return sampler_out(sampler, samplers.artifacts(sampler))
 
 
 @router.get("/{sampler_id}/download", responses={200: {"content": {ZIP_MEDIA_TYPE: {}, ONNX_MEDIA_TYPE: {}}}})
 def download_sampler(sampler_id: str, session: SessionDep, tenant: CurrentTenant, store: StoreDep,
                      format: Annotated[str, Query(description="safetensors | onnx")] = "safetensors") -> Response:
-    sampler = owned_sampler(session, tenant, sampler_id)
+    samplers = Samplers(session, tenant)
+    sampler = samplers.owned(sampler_id)
     roles = {"safetensors": ("weights", ZIP_MEDIA_TYPE, "zip"), "onnx": ("onnx", ONNX_MEDIA_TYPE, "onnx")}
     if format not in roles:
         raise Problem(422, "format_invalid", "format must be 'safetensors' (a zip of config.json and "
                       "weights.safetensors) or 'onnx'")
     role, media_type, suffix = roles[format]
-    artifact = sampler_artifacts(session, sampler.id).get(role)
+    artifact = samplers.artifacts(sampler).get(role)
     if artifact is None and format == "onnx" and sampler.config.get("generator", {}).get("kind") == "spg":
         raise Problem(422, "onnx_unavailable", "this function-space (spg) sampler has no ONNX graph; download "
                       "format=safetensors and use inference_core.samplers.load")
@@ -177,7 +119,7 @@ def download_sampler(sampler_id: str, session: SessionDep, tenant: CurrentTenant
 async def sample(sampler_id: str, body: SampleRequest, request: Request, tenant: CurrentTenant,
                  settings: SettingsDep, store: StoreDep) -> Response:
     """Checks and reads run in the request threadpool with a short-lived session (closed before any draw);
-    loading and drawing run in the bounded compute pool (app.api.sampling); `.npy` answers are streamed."""
+    loading and drawing run in the bounded compute pool (app.api.compute); `.npy` answers are streamed."""
     answer_format = choose_array_format(request)  # 406 before any work
     if body.n > settings.max_sample_n:
         raise Problem(413, "limit_exceeded", f"n {body.n} is over the cap of {settings.max_sample_n} draws per request")
@@ -185,13 +127,8 @@ async def sample(sampler_id: str, body: SampleRequest, request: Request, tenant:
     x, weights_path, weights_sha, target_spec = await run_in_threadpool(
         prepare_draws, request, tenant, sampler_id, body, settings, answer_format)
 
-    def load() -> Any:
-        from inference_core.samplers import load as load_sampler
-
-        return load_sampler(store.get(weights_path))
-
     def compute() -> Any:
-        generator = request.app.state.sampler_cache.get(weights_sha, load)
+        generator = request.app.state.sampler_cache.get(weights_sha, lambda: load_sampler(store.get(weights_path)))
         if body.returns or body.correct:
             target = None
             if target_spec is not None:
@@ -235,18 +172,16 @@ def prepare_draws(request: Request, tenant: str, sampler_id: str, body: SampleRe
     draw, from a session closed on return; 404/413/422 first."""
     target_spec = None
     with request.app.state.session_factory() as session:
-        sampler = owned_sampler(session, tenant, sampler_id)
+        samplers = Samplers(session, tenant)
+        sampler = samplers.owned(sampler_id)
         config = sampler.config
-        weights = sampler_artifacts(session, sampler.id).get("weights")
+        weights = samplers.artifacts(sampler).get("weights")
         weights_path, weights_sha = (weights.path, weights.sha256) if weights is not None else ("", "")
         if "log_weights" in body.returns or body.correct is not None:
-            spec = session.execute(select(Job.spec).where(Job.id == sampler.job_id)).scalar_one_or_none() or {}
-            target_spec = spec.get("target")
+            target_spec = samplers.job_target(sampler)
     if (body.returns or body.correct) and config.get("generator", {}).get("kind") == "spg":
-        from inference_core.samplers.spg import DENSITY_UNAVAILABLE
-
-        raise Problem(422, "density_unavailable", DENSITY_UNAVAILABLE)
-    if ("log_weights" in body.returns or body.correct is not None) and not isinstance(target_spec, dict):
+        raise spg_density_unavailable()
+    if ("log_weights" in body.returns or body.correct is not None) and target_spec is None:
         raise Problem(422, "log_weights_unavailable", "this sampler's job holds no target to weigh against")
     x = check_inputs(body, config, settings)
     check_answer_size(body.n, values_per_draw(config, x) + len(body.returns), answer_format, settings)
@@ -268,11 +203,6 @@ def check_answer_size(n: int, per_draw: int, answer_format: str, settings: Any) 
 @router.delete("/{sampler_id}", status_code=204)
 def delete_sampler(sampler_id: str, request: Request, session: SessionDep, tenant: CurrentTenant,
                    store: StoreDep) -> Response:
-    sampler = owned_sampler(session, tenant, sampler_id)
-    artifacts = sampler_artifacts(session, sampler.id)
-    session.execute(delete(Sampler).where(Sampler.id == sampler.id, Sampler.tenant_id == tenant))
-    # Commits; a failed deletion is retried by the sweeper.
-    delete_bytes(session, store, [*(artifact.path for artifact in artifacts.values()), f"samplers/{sampler.id}"])
-    for artifact in artifacts.values():
+    for artifact in Samplers(session, tenant).delete(sampler_id, store):
         request.app.state.sampler_cache.discard(artifact.sha256)
     return Response(status_code=204)

@@ -9,6 +9,11 @@ const TERMINAL = new Set(["succeeded", "failed", "cancelled"]);
 // target (the job's `eval`), the kernel bandwidth; other metrics only when none of these is there.
 const CURVES = [/loss$|^kl$|elbo/, /^ksd/, /^mmd2/, /^bandwidth$/];
 const MAX_CURVES = 6;
+// Shown under a metric's chart (and as its tooltip): what a reader could take for an error.
+const METRIC_NOTES = {
+  ksd_imq: "KSD² estimated by an unbiased U-statistic: it can dip slightly below 0 when the draws fit the target " +
+    "well (the true KSD² is ≥ 0 and near 0); only values clearly above 0 signal a misfit.",
+};
 const DENSITY_GRID = 96;
 const BAND_POINTS = 200;
 const BAND_LEVELS = [0.025, 0.975];
@@ -175,9 +180,10 @@ class Curves {
       const chart = this.charts.get(name);
       if (chart) chart.setData([this.steps, values]);
       else {
-        const box = h("div", { class: "chart", "data-metric": name });
+        const box = h("div", { class: "chart", "data-metric": name, title: METRIC_NOTES[name] });
         this.el.append(box);
         this.charts.set(name, lineChart(box, name, this.steps, values));
+        if (METRIC_NOTES[name]) box.append(h("p", { class: "metric-note", "data-role": "metric-note" }, METRIC_NOTES[name]));
       }
       this.charts.get(name).root.parentElement.dataset.points = String(values.filter((v) => v !== null).length);
     }

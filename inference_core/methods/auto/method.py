@@ -1,6 +1,6 @@
 """`auto`: posterior particles without tuning (issue 14; the rule is written down in docs/method-choice.md).
 
-1. Pathfinder (`pathfinder.py`; Zhang et al. 2022): L-BFGS paths from a few starts, the Gaussian
+1. Pathfinder (`preconditioning/pathfinder.py`; Zhang et al. 2022): L-BFGS paths from a few starts, the Gaussian
    N(μ, Σ = R Rᵀ) with the best ELBO along them. Its gradients count towards the job's `grad_evals`.
 2. Whitening: particles live in u with x = μ + R u, so the posterior is roughly N(0, I) in u whatever the
    scales and correlations of x; the score is s_u = Rᵀ s_x(μ + R u). Particles start as N(0, I) in u — draws of
@@ -25,7 +25,7 @@
 5. Convergence (`options.convergence`): stop when every coordinate's mean and log sd (in units of the current
    particle sd) moved less than `tol` over a doubling window (steps t/2 to t, t = 25·2^k or 75·2^k); `steps` is
    the upper bound.
-6. Transport (`transport`; `transport.py`): where Pathfinder's paths end far apart (more than `flow_above` = 10 of
+6. Transport (`transport`; `preconditioning/transport.py`): where Pathfinder's paths end far apart (more than `flow_above` = 10 of
    its sds: no single mode to whiten around; unless they settled at separated modes, point 9) or none of them settled at a mode (log p still rising at their last
    iteration: a funnel's neck, where the density grows without bound), a normalising flow fitted by reverse KL (NeuTra,
    Hoffman et al. 2019) goes between the Pathfinder whitening and SVGD's own, so x = μ + R·T(z) and the particles
@@ -72,7 +72,7 @@
    Where the flow is fitted for mass Pathfinder's Gaussian misses (the hierarchical logistic regression, the
    regression with an unknown noise scale), SVGD converges at step 100 and stays (docs/method-choice.md).
 
-9. Modes (`modes.py`): where Pathfinder's paths settled at separated modes (ends more than 3 sds apart), the
+9. Modes (`preconditioning/modes.py`): where Pathfinder's paths settled at separated modes (ends more than 3 sds apart), the
    particles start in the modes' masses, ∝ exp(ELBO) of each mode's best Gaussian, drawn from those Gaussians
    (linear transport), since SVGD keeps the shares it starts with; the quality block compares the shares they end
    with (`mode_weights`). Measured on 0.3·N(m₁, I) + 0.7·N(m₂, I), d = 10, |m₁ − m₂| = 5, seeds 0-1: all particles
@@ -116,7 +116,13 @@ from inference_core.kernels.bandwidth import AUTO_EXACT_MAX_N, MedianRule, Scale
 from inference_core.methods.auto.chains import LatentChains
 from inference_core.methods.auto.herding import kernel_herding
 from inference_core.methods.auto.mala import LatentMALA
-from inference_core.methods.auto.modes import (
+from inference_core.methods.auto.tails import TailProbe, probe_tails
+from inference_core.methods.base import Method, check_direction
+from inference_core.methods.directions import svgd_direction
+from inference_core.methods.optim import build_optimizer
+from inference_core.methods.start import redraw_nonfinite
+from inference_core.metrics.quality import chi2_quantile
+from inference_core.preconditioning.modes import (
     Modes,
     distinct_modes,
     mode_counts,
@@ -124,14 +130,8 @@ from inference_core.methods.auto.modes import (
     mode_shares,
     start_in_modes,
 )
-from inference_core.methods.auto.pathfinder import PathfinderResult, importance_check, pathfinder
-from inference_core.methods.auto.tails import TailProbe, probe_tails
-from inference_core.methods.auto.transport import FlowTarget, fit_view_flow, misses_mass, paths_need_flow
-from inference_core.methods.base import Method, check_direction
-from inference_core.methods.directions import svgd_direction
-from inference_core.methods.optim import build_optimizer
-from inference_core.methods.start import redraw_nonfinite
-from inference_core.metrics.quality import chi2_quantile
+from inference_core.preconditioning.pathfinder import PathfinderResult, importance_check, pathfinder
+from inference_core.preconditioning.transport import FlowTarget, fit_view_flow, misses_mass, paths_need_flow
 from inference_core.schemas.auto import AutoOptions
 from inference_core.schemas.kernels import BandwidthOptions, KernelOptions
 from inference_core.schemas.methods import OptimizerOptions

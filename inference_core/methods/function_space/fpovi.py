@@ -50,6 +50,7 @@ from inference_core.schemas.function_space import FunctionSpaceDirectionOptions,
 from inference_core.schemas.models import FixedNoise, GammaNoisePrecision, InverseGammaNoiseStd
 from inference_core.seeding import derive_seed
 from inference_core.targets.base import Target
+from inference_core.targets.counting import record_evaluations
 from inference_core.targets.models.bnn import gaussian_log_likelihood_sum
 from inference_core.targets.models.network import MLP
 
@@ -208,7 +209,9 @@ class FunctionSpaceDirection:
 
     def function_score(self, values: Tensor, points: Tensor, n_train: int, y: Tensor, scale: float,
                        log_std: Tensor | None) -> Tensor:
-        """∇_F [N·mean_b log p(y_b | f_b, σ) + log p̃(f at the prior columns)], the shape of values."""
+        """∇_F [N·mean_b log p(y_b | f_b, σ) + log p̃(f at the prior columns)], the shape of values. Counts one
+        target evaluation (`grad_evals`) per function: with the VJP, a network forward and backward each."""
+        record_evaluations(self.target, values.shape[0])
         with torch.enable_grad():
             leaf = values.detach().requires_grad_(True)
             (score,) = torch.autograd.grad(self.log_likelihood(leaf[:, :n_train], y, scale, log_std).sum(), leaf)

@@ -136,6 +136,7 @@ from inference_core.schemas.fvi import FVIOptions
 from inference_core.schemas.models import FixedNoise
 from inference_core.seeding import derive_seed
 from inference_core.targets.base import Target
+from inference_core.targets.counting import record_evaluations
 
 _LOG_2PI = math.log(2 * math.pi)
 #: draws of q per step in the held-out predictive σ_π is calibrated on (`noise_holdout`)
@@ -292,6 +293,7 @@ class FVI(Method):
         if adapt:  # the likelihood and KL reach the bases and decoder, never the encoder or σ_ν
             self.spg.set_generator_trainable(True)
         f = self._functions(X, *eps)[0]  # [m]
+        record_evaluations(target, 1)  # `grad_evals`: one function draw's minibatch log-likelihood gradient
         n_like, n_kl = like_rows.shape[0], kl_rows.shape[0]
         y = target.y.index_select(0, like_rows)
         # the likelihood sees g = f − ν unless `posterior_white_noise` (the KL's experts still see f)
@@ -313,6 +315,7 @@ class FVI(Method):
         loss = (kl - log_lik) / N
         if calibrated:
             holdout = self._holdout_log_likelihood()
+            record_evaluations(target, HOLDOUT_DRAWS)  # σ_π's gradient through HOLDOUT_DRAWS draws' likelihoods
             metrics["holdout_log_likelihood"] = float(holdout.detach()) / N
             loss = loss - holdout / N
         if not adapt:

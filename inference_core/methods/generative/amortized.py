@@ -11,7 +11,8 @@ the minibatch, then any probes).
 * `amortized_gfsf`: φ = ∇log p(x_i) − ∇log q(x_i), ∇log q ≈ −(K + εI)⁻¹ Σ_j ∇_{x_j} k(x_j, ·) on the batch
   (Liu et al. 2019; ALF's gfsf).
 * `amortized_ksd`: φ = f_ψ(x), a critic trained to maximise E[∇log p·f + tr ∇f] − l2·E||f||² (Hu et al.
-  2018; ALF's minmax, without BatchNorm), `critic.steps` updates per generator step on fresh batches.
+  2018; ALF's minmax, without BatchNorm), `critic.steps` updates per generator step on fresh batches
+  (`methods.critic.KSDCritic`, the particle `ksd`'s critic).
 """
 
 from __future__ import annotations
@@ -22,18 +23,10 @@ import torch
 from torch import Tensor
 
 from inference_core.kernels import RBF
-from inference_core.methods.directions import (
-    gfsf_direction,
-    jacobian_trace,
-    stein_critic_loss,
-    svgd_direction,
-    svgd_direction_two_batch,
-    trace_method,
-)
+from inference_core.methods.critic import CriticBatch, KSDCritic
+from inference_core.methods.directions import gfsf_direction, svgd_direction, svgd_direction_two_batch
 from inference_core.methods.generative import gpvi_math
 from inference_core.methods.generative.base import GenerativeMethod, expectation_size
-from inference_core.methods.optim import make_optimizer, optimizer_step, zero_grads
-from inference_core.networks import MLP
 from inference_core.schemas.generative import (
     AmortizedGFSFOptions,
     AmortizedKSDOptions,
@@ -53,7 +46,7 @@ class _KernelAmortized(GenerativeMethod):
 
     def bandwidth(self, sq: Tensor, distinct_pairs: bool) -> float:
         """h from the squared distances sq (the batch's own, or [n', n] between the two batches)."""
-        rule = self.options.bandwidth
+        rule = self.options.kernel.bandwidth
         if rule.rule == "fixed":
             return float(rule.value)
         return gpvi_math.median_bandwidth(sq, rule.divisor, self.num_particles, distinct_pairs=distinct_pairs)
@@ -107,39 +100,27 @@ class AmortizedKSD(GenerativeMethod):
     options: AmortizedKSDOptions
 
     def build_auxiliary(self, generator: torch.Generator) -> None:
-        opts = self.options.critic
-        d = self.network.output_dim
-        self.critic = MLP([d, *opts.hidden, d], opts.activation, generator).to(device=self.device, dtype=self.dtype)
-        self.critic_optimizer = make_optimizer(self.critic.parameters(), opts.optimizer)
+        self.critic = KSDCritic(self.network.output_dim, self.options.critic, generator, self.device, self.dtype)
+
+    def critic_batch(self) -> CriticBatch:
+        """A fresh generated batch for one critic update: noise, minibatch, probe (in that order from the RNG)."""
+        z = self.noise(self.num_particles)
+        batch = self.target.sample_batch(self.rng)
+        probe = self.critic.probe(self.num_particles, self.rng, self.dtype, self.device)
+        with torch.no_grad():
+            x = self.network(z)
+        return x, self.view.score(x, batch), probe
 
     def train_step(self) -> dict[str, float]:
-        opts = self.options.critic
-        exact = trace_method(opts.trace, self.network.output_dim) == "exact"
-        for _ in range(opts.steps):
-            z = self.noise(self.num_particles)
-            batch = self.target.sample_batch(self.rng)
-            probe = None if exact else torch.randn(self.num_particles, self.network.output_dim, generator=self.rng,
-                                                   dtype=self.dtype).to(self.device)
-            with torch.no_grad():
-                x_critic = self.network(z)
-            score = self.view.score(x_critic, batch)
-            x_critic.requires_grad_(True)
-            out = self.critic(x_critic)
-            loss, _ = stein_critic_loss(out, jacobian_trace(out, x_critic, probe), score, opts.l2_weight,
-                                        self.options.entropy_weight)
-            zero_grads(self.critic_optimizer)
-            loss.backward()
-            optimizer_step(self.critic_optimizer)
+        loss, _ = self.critic.train(self.critic_batch, self.options.entropy_weight)
         z = self.noise(self.num_particles)
         x = self.network(z)
-        with torch.no_grad():
-            phi = self.critic(x.detach())
+        phi = self.critic(x.detach())
         self.pullback(x, phi)
-        return {"critic_loss": float(loss.detach()), "direction_norm": float(phi.square().sum(-1).mean().sqrt())}
+        return {"critic_loss": loss, "direction_norm": float(phi.square().sum(-1).mean().sqrt())}
 
     def extra_state(self) -> dict[str, Any]:
-        return {"critic": self.critic.state_dict(), "critic_optimizer": self.critic_optimizer.state_dict()}
+        return self.critic.state_dict()
 
     def load_extra_state(self, state: dict[str, Any]) -> None:
-        self.critic.load_state_dict(state["critic"])
-        self.critic_optimizer.load_state_dict(state["critic_optimizer"])
+        self.critic.load_state_dict(state)

@@ -19,11 +19,11 @@ import torch
 from torch import Tensor
 
 from inference_core import errors
-from inference_core.methods.auto.modes import distinct_modes
-from inference_core.methods.auto.pathfinder import PathfinderResult, importance_check, pathfinder_whitening
-from inference_core.methods.auto.transport import FlowTarget, fit_view_flow, misses_mass, paths_need_flow
 from inference_core.methods.base import DTYPES, Method, check_direction
 from inference_core.methods.optim import make_optimizer, optimizer_step, zero_grads
+from inference_core.preconditioning.modes import distinct_modes
+from inference_core.preconditioning.pathfinder import PathfinderResult, importance_check, pathfinder_whitening
+from inference_core.preconditioning.transport import FlowTarget, fit_view_flow, misses_mass, paths_need_flow
 from inference_core.prediction.model import predictive_model
 from inference_core.samplers import Sampler
 from inference_core.samplers.generator import GeneratorNetwork, mlp_features
@@ -132,9 +132,9 @@ def whitened_view(target: Target, options: GenerativeOptions, seed: int, device:
 
 
 def flow_wanted(target: Target, found: PathfinderResult, seed: int, dtype: torch.dtype, device: torch.device) -> bool:
-    """`auto`'s rule for its flow with `auto`'s defaults (methods/auto/transport.py): Pathfinder's paths settle at
+    """`auto`'s rule for its flow with `auto`'s defaults (preconditioning/transport.py): Pathfinder's paths settle at
     no mode or end far apart, or its Gaussian misses mass by the importance check (`AutoOptions.khat_draws` draws);
-    and, where `auto` starts its particles in the modes' shares instead (methods/auto/modes.py), wherever the
+    and, where `auto` starts its particles in the modes' shares instead (preconditioning/modes.py), wherever the
     paths settled in separated modes: a generator from one Gaussian's whitening spreads over both or keeps one."""
     rule = AutoOptions()
     if paths_need_flow(found, rule.flow_above) or len(distinct_modes(found)) > 1:
@@ -148,6 +148,7 @@ class GenerativeMethod(Method):
     """Base of GPVI and the amortised methods; subclasses implement `train_step() -> metrics`."""
 
     family = "generative"
+    auto_remedy = "draws"
     options: GenerativeOptions
 
     def __init__(self, target: Target, options: GenerativeOptions, num_particles: int, seed: int,

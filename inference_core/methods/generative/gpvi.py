@@ -93,7 +93,7 @@ class _GPVIBase(GenerativeMethod):
                 "the Jacobian is singular)", loc=("options", "generator", "lambda"))
 
     def bandwidth(self, sq: Tensor) -> float:
-        rule = self.options.bandwidth
+        rule = self.options.kernel.bandwidth
         if rule.rule == "fixed":
             return float(rule.value)
         return gpvi_math.median_bandwidth(sq, rule.divisor, self.num_particles, distinct_pairs=self.same_batch)

@@ -1,4 +1,4 @@
-"""`auto`'s opt-in neural transport (inference_core/methods/auto/transport.py): the coupling flow's log-det
+"""`auto`'s opt-in neural transport (inference_core/preconditioning/transport.py): the coupling flow's log-det
 against a float64 autograd Jacobian, the identity start, the fit against a funnel's exact transport, and
 `auto` with `transport: "flow"` on a funnel (closed form), and where `transport: "auto"` chooses the flow (its resume
 is in test_auto_method.py)."""
@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from inference_core.methods.auto.mala import WEIGHTS_GAP_WARN
-from inference_core.methods.auto.transport import (
+from inference_core.preconditioning.transport import (
     CHAINS_BATCH_START,
     CouplingFlow,
     FlowTarget,

@@ -1,4 +1,4 @@
-"""`auto`'s separated modes (methods/auto/modes.py): grouping of Pathfinder's settled paths, their masses, the
+"""`auto`'s separated modes (preconditioning/modes.py): grouping of Pathfinder's settled paths, their masses, the
 start split by largest remainders and the shares, on hand-built paths with known answers."""
 
 from __future__ import annotations
@@ -7,14 +7,14 @@ import math
 
 import torch
 
-from inference_core.methods.auto.modes import (
+from inference_core.preconditioning.modes import (
     distinct_modes,
     mode_counts,
     mode_groups,
     mode_shares,
     start_in_modes,
 )
-from inference_core.methods.auto.pathfinder import Gaussian, PathfinderResult
+from inference_core.preconditioning.pathfinder import Gaussian, PathfinderResult
 
 
 def gaussian(mean: list[float], elbo: float, sd: float = 1.0) -> Gaussian:

@@ -1,4 +1,4 @@
-"""Pathfinder (methods/auto/pathfinder.py) against closed forms: the L-BFGS path reaches the mode of a badly
+"""Pathfinder (preconditioning/pathfinder.py) against closed forms: the L-BFGS path reaches the mode of a badly
 scaled rotated Gaussian, the finite-difference Hessian equals the exact one, and the chosen Gaussian is the
 target itself (mean and covariance), with an ELBO equal to log Z; the importance k̂ of a Gaussian against its
 closed-form tail index."""
@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from inference_core import errors
-from inference_core.methods.auto.pathfinder import (
+from inference_core.preconditioning.pathfinder import (
     DensityCounter,
     candidate_indices,
     finite_difference_hessian,
@@ -182,7 +182,7 @@ def test_importance_khat_is_the_tail_index_of_the_weights() -> None:
     """p = N(0, τ²I₂), q = N(0, I₂): the weights w ∝ exp(‖z‖²(1 − 1/τ²)/2) with ‖z‖² ~ χ²₂ (exponential) are exactly
     Pareto with shape k = 1 − 1/τ², so k̂ estimates it (mean of 5 seeds of 4,000 draws: the PSIS fit is noisy,
     ±0.15 a seed); q = p gives constant weights, k̂ < 0."""
-    from inference_core.methods.auto.pathfinder import Gaussian as Proposal
+    from inference_core.preconditioning.pathfinder import Gaussian as Proposal
 
     proposal = Proposal(torch.zeros(2, dtype=torch.float64), torch.eye(2, dtype=torch.float64), 0.0, 0.0)
     for tau in (1.0, math.sqrt(2.0), 2.0):
@@ -199,7 +199,7 @@ def test_importance_shift_is_the_weighted_mean_offset_in_sds_of_q() -> None:
     """q = N(0, I₂). p = N((0.6, −0.3), I₂): importance weighting recovers p's mean, so the shift is 0.6 sds of q
     (the weights exp(m·z) are log-normal: k̂ well under 1). p = N(0, 4I₂), symmetric and wider than q: k̂ = 0.75 but
     the weighted mean stays at q's, shift near 0 (mean of 5 seeds of 4,000 draws)."""
-    from inference_core.methods.auto.pathfinder import Gaussian as Proposal
+    from inference_core.preconditioning.pathfinder import Gaussian as Proposal
 
     proposal = Proposal(torch.zeros(2, dtype=torch.float64), torch.eye(2, dtype=torch.float64), 0.0, 0.0)
     offset = Gaussian(np.array([0.6, -0.3]), np.eye(2))

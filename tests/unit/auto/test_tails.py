@@ -16,7 +16,7 @@ from inference_core.methods.auto.tails import (
     power_law_index,
     probe_tails,
 )
-from inference_core.methods.auto.transport import FlowTarget
+from inference_core.preconditioning.transport import FlowTarget
 from inference_core.targets import BuildContext, build_target
 from inference_core.targets.whitened import WhitenedTarget
 from inference_core.training import run

@@ -144,9 +144,9 @@ def test_a_target_without_a_density_is_refused() -> None:
 
 def test_the_service_serves_the_mfvi_sampler(make_client) -> None:
     """Stored as the worker stores it, POST /v1/samplers/{id}/sample returns the sampler's own seeded draws."""
-    from app.api.auth import create_api_key
+    from service.api_keys import create_api_key
     from service.db import make_engine, make_session_factory
-    from service.jobs import new_id
+    from service.job_state import new_id
     from service.models import Job
     from service.samplers import store_sampler
     from service.store import make_store

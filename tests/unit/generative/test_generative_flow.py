@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from inference_core.coupling import CouplingFlow
-from inference_core.methods.auto.transport import FlowTarget
+from inference_core.preconditioning.transport import FlowTarget
 from inference_core.samplers import GeneratorNetwork, Sampler, load
 from inference_core.spec import validate_job_spec
 from inference_core.targets.whitened import WhitenedTarget

@@ -42,7 +42,7 @@ def test_the_same_batch_estimator_uses_the_updated_draws_and_their_distinct_pair
     z = batch["z"].double()
     sq = torch.cdist(z, z).square()
     upper = sq[torch.triu_indices(20, 20, offset=1).unbind()]
-    reference = bandwidth_value(float(upper.median()), method.options.bandwidth.divisor, 20)
+    reference = bandwidth_value(float(upper.median()), method.options.kernel.bandwidth.divisor, 20)
     assert batch["h"] == pytest.approx(reference, rel=1e-3)  # float32 distances against float64
 
 

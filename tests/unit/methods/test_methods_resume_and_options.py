@@ -133,7 +133,7 @@ def test_method_state_holds_the_critic_and_the_adversarial_histories() -> None:
     ksd = build_method(validate_job_spec(spec("ksd", {})))
     ksd.step()
     state = ksd.state_dict()
-    assert set(state["critic"]) == set(ksd.critic.state_dict()) and state["critic_optimizer"]["state"]
+    assert set(state["critic"]) == set(ksd.critic.network.state_dict()) and state["critic_optimizer"]["state"]
     adv = build_method(validate_job_spec(spec("svgd_induced_adversarial", {})))
     adv.step()
     state = adv.state_dict()

@@ -30,29 +30,30 @@ def test_auto_gets_one_remedy_per_kind_of_trouble_in_a_fixed_order() -> None:
 
 def test_particle_methods_are_sent_to_auto_only_where_auto_takes_their_target() -> None:
     gaussian = SimpleNamespace(dim=50, initial_particles=None)
-    svgd = SimpleNamespace(name="svgd", target=gaussian, moved=gaussian)
+    svgd = SimpleNamespace(name="svgd", target=gaussian, auto_remedy="particles")
     assert next_steps(svgd, ["collapsed"]) == [TRY_AUTO_FOR_PARTICLES]
     assert next_steps(svgd, []) == []
-    whitened = SimpleNamespace(name="svgd", target=gaussian, moved=SimpleNamespace())
+    whitened = SimpleNamespace(name="svgd", target=gaussian, auto_remedy="particles")
     assert next_steps(whitened, ["ksd_rejects"]) == [TRY_AUTO_FOR_PARTICLES]
     network = SimpleNamespace(dim=5000, initial_particles=lambda *a: None)  # a BNN's weights: prediction.md
-    assert next_steps(SimpleNamespace(name="svgd", target=network, moved=network), ["collapsed"]) == []
+    assert next_steps(SimpleNamespace(name="svgd", target=network, auto_remedy="particles"), ["collapsed"]) == []
     too_large = SimpleNamespace(dim=2001, initial_particles=None)
-    assert next_steps(SimpleNamespace(name="svgd", target=too_large, moved=too_large), ["collapsed"]) == []
-    assert next_steps(SimpleNamespace(name="nuts", target=gaussian), ["not_converged"]) == []
-    assert next_steps(SimpleNamespace(name="gpvi", target=network), ["ksd_rejects"]) == []
-    assert next_steps(SimpleNamespace(name="gpvi", target=gaussian), ["ksd_rejects"]) == [TRY_AUTO_FOR_DRAWS]
+    assert next_steps(SimpleNamespace(name="svgd", target=too_large, auto_remedy="particles"), ["collapsed"]) == []
+    assert next_steps(SimpleNamespace(name="nuts", target=gaussian, auto_remedy=None), ["not_converged"]) == []
+    assert next_steps(SimpleNamespace(name="gpvi", target=network, auto_remedy="draws"), ["ksd_rejects"]) == []
+    assert next_steps(SimpleNamespace(name="gpvi", target=gaussian, auto_remedy="draws"), ["ksd_rejects"]) == [TRY_AUTO_FOR_DRAWS]
 
 
 def test_an_unreliable_sampler_certificate_adds_the_advice_once_and_only_where_auto_applies() -> None:
     report = {"warnings": [], "next_steps": [], "verdict": "good", "trustworthy": True, "checks": ["ksd_test"]}
     unreliable = {"verdict": "unreliable", "reason": "k̂ 0.9"}
-    gpvi = SimpleNamespace(name="gpvi", target=SimpleNamespace(dim=2, initial_particles=None))
+    gpvi = SimpleNamespace(name="gpvi", target=SimpleNamespace(dim=2, initial_particles=None), auto_remedy="draws")
     merged = with_sampler_certificate(report, unreliable, gpvi)
     assert merged["next_steps"] == [TRY_AUTO_FOR_DRAWS] and merged["verdict"] == "unreliable"
     assert report["next_steps"] == []  # a new dict
     already = {**report, "warnings": [{"code": "ksd_rejects", "message": "m"}], "next_steps": [TRY_AUTO_FOR_DRAWS]}
     assert with_sampler_certificate(already, unreliable, gpvi)["next_steps"] == [TRY_AUTO_FOR_DRAWS]
     assert with_sampler_certificate(report, {"verdict": "usable with correction"}, gpvi)["next_steps"] == []
-    on_a_network = SimpleNamespace(name="gpvi", target=SimpleNamespace(dim=500, initial_particles=lambda *a: None))
+    on_a_network = SimpleNamespace(name="gpvi", target=SimpleNamespace(dim=500, initial_particles=lambda *a: None),
+                                   auto_remedy="draws")
     assert with_sampler_certificate(report, unreliable, on_a_network)["next_steps"] == []

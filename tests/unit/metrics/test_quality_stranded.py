@@ -68,7 +68,8 @@ def test_draws_too_wide_overall_and_collapsed_in_one_direction_raise_both() -> N
     g = torch.Generator().manual_seed(0)
     x = torch.randn(400, 4, generator=g) * torch.tensor([10.0, 10.0, 10.0, 0.1])
     method = SimpleNamespace(name="svgd", target=target, particles_in_target_space=True, target_space_checks=True,
-                             diagnostic_coordinates=lambda: (x, target, "target"))
+                             diagnostic_coordinates=lambda: (x, target, "target"), quality=dict,
+                             auto_remedy="particles")
     report = quality_report(method, {})
     codes = [w["code"] for w in report["warnings"]]
     assert "collapsed" in codes and "overdispersed" in codes, report["warnings"]

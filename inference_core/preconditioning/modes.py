@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from inference_core.methods.auto.pathfinder import Gaussian, PathfinderResult, separated
+from inference_core.preconditioning.pathfinder import Gaussian, PathfinderResult, separated
 
 
 @dataclass

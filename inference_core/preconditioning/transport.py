@@ -35,8 +35,8 @@ from torch import Tensor
 
 from inference_core import errors
 from inference_core.coupling import CouplingFlow
-from inference_core.methods.auto.modes import distinct_modes
-from inference_core.methods.auto.pathfinder import ImportanceCheck, PathfinderResult
+from inference_core.preconditioning.modes import distinct_modes
+from inference_core.preconditioning.pathfinder import ImportanceCheck, PathfinderResult
 from inference_core.schemas.auto import AutoOptions, FlowOptions
 from inference_core.seeding import derive_seed
 from inference_core.targets.base import Target

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.jobs import new_id
+from service.job_state import new_id
 from service.models import ApiKey, utcnow
 
 LOCAL_TENANT = "local"

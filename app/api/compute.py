@@ -1,0 +1,398 @@
+"""Where the API computes, and the one API module that calls torch or the core's torch code: `/sample` draws
+and their certificates, `/predict` answers, `/targets/validate`'s evaluations and `/density`'s grids. All of it
+runs in a bounded thread pool (`ComputePool.run`), so CPU work never runs on the event loop nor in the request
+threadpool that polls need, and at most `sample_concurrency` of them run at once (the rest wait in the pool's
+queue, holding no thread and no database connection). Every import of torch or of the core's torch modules is
+inside a function here: the API process loads them in the pool's start-up warm-up, never at import
+(tests/unit/test_layering.py).
+
+Certificates (`/sample` with `return` and `correct`, issue 16, `inference_core.samplers.certificate`) need the
+job's target. It is rebuilt here from the job's stored target spec with `build_target` in float64 (never the
+training code), and kept in a small LRU (`TargetCache`, keyed by the spec's sha256) so a burst of requests builds
+it once. Targets over an uploaded data set (`ds_…`) are not rebuilt for them: the API process does not read
+uploaded data into memory per target, and their full-data log-likelihood for every proposal is the worker's
+kind of work: `/sample` answers 422 `log_weights_unavailable`, and the quality report stored with the sampler
+(computed by the worker with the data) carries the importance diagnostics. A cost guard keeps a request's target
+work bounded: proposals × data rows ≤ `MAX_WEIGHT_ROW_EVALUATIONS`, else 413 `limit_exceeded`.
+
+`.npy` answers are streamed (negotiation.array_response). The draws themselves are computed in one call:
+pushing the noise through the network in row chunks changes float32 matmul rounding (measured: up to 6e-5
+at d = 1000), and draws must stay bit-identical to `inference_core.samplers` for the same (n, seed)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import math
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Literal, TypeVar
+
+import numpy as np
+import orjson
+
+from app.api.problems import Problem
+from app.api.sampler_cache import SamplerCache
+from app.api.schemas import DensityGrid, ParameterBlockOut, ValidateResponse, ValidateWarning
+
+logger = logging.getLogger("parvis.api")
+T = TypeVar("T")
+
+#: Bytes per value of each answer format, for the `max_sample_bytes` estimate before any work. JSON writes a
+#: float32 widened to float64 as up to ~20 characters with its separator.
+BYTES_PER_VALUE = {"npy": 4, "json": 20}
+
+
+def default_concurrency() -> int:
+    return 2 * (os.cpu_count() or 1)
+
+
+class ComputePool:
+    """A fixed-size thread pool for CPU work of the API; `warm` is set once torch and the samplers module
+    are imported (readiness reports it)."""
+
+    def __init__(self, workers: int):
+        self.workers = max(1, workers)
+        self.executor = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="parvis-compute")
+        self.warm = threading.Event()
+        self.warm_error: str | None = None
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.wrap_future(self.executor.submit(fn, *args))
+
+    def start_warm_up(self) -> None:
+        self.executor.submit(self._warm_up)
+
+    def _warm_up(self) -> None:
+        try:
+            import torch
+
+            import inference_core.samplers  # noqa: F401 - the import is the warm-up
+
+            # Parallelism comes from concurrent requests; one intra-op thread each keeps them from
+            # oversubscribing the cores (and the polls' threads) under load.
+            torch.set_num_threads(1)
+        except Exception as exc:  # noqa: BLE001 - readiness reports it; /sample would raise it again
+            self.warm_error = f"{type(exc).__name__}: {exc}"
+            logger.exception("warm-up failed")
+        finally:
+            self.warm.set()
+
+    def shutdown(self) -> None:
+        self.executor.shutdown(wait=False, cancel_futures=True)
+
+
+def values_per_draw(config: dict[str, Any], x: list[list[float]] | None) -> int:
+    """Numbers one draw contributes to the answer: the output dimension, or len(x) for function samplers."""
+    if x is not None:
+        return len(x)
+    generator = config.get("generator", {})
+    return int(generator.get("output_dim", config.get("target", {}).get("dim", 0)) or 0)
+
+
+def one_intra_op_thread() -> None:
+    """One torch intra-op thread for the calling thread (per thread under OpenMP, so every thread that computes
+    calls this first): parallelism comes from concurrent requests, and an answer must not depend on how many
+    threads happened to split its matmuls (float32 rounding differs, and /sample and /predict are seeded and
+    bit-identical)."""
+    import torch
+
+    if torch.get_num_threads() != 1:
+        torch.set_num_threads(1)
+
+
+def draw(generator: Any, n: int, seed: int, x: list[list[float]] | None) -> np.ndarray:
+    one_intra_op_thread()
+    values = generator.sample(n, seed) if x is None else generator.sample(n, seed, x)
+    return values.numpy()
+
+
+# --- /sample with `return` and `correct`: certificates ---
+
+#: Targets kept built in the API process (each holds at most its data set, bounded by the upload limits)
+TARGET_CACHE_SIZE = 8
+#: proposals × data rows of one request's log p̃ evaluations
+MAX_WEIGHT_ROW_EVALUATIONS = 2**26
+#: proposals per returned draw, most (`proposals` in the request)
+MAX_PROPOSALS_PER_DRAW = 100
+#: multiply-adds of one request's Jacobian tangents, most: draws × k × Σ_l (width_{l−1} · width_l) (about 2 s
+#: of one CPU core in float64)
+MAX_JACOBIAN_WORK = 2**34
+
+
+class TargetCache(SamplerCache):
+    """The same single-flight LRU as the generators', holding float64 targets."""
+
+
+def target_key(spec: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(spec, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def build_float64_target(spec: dict[str, Any]) -> Any:
+    """The job's target in float64 on the CPU; 422 `log_weights_unavailable` when it cannot be rebuilt here."""
+    import torch
+
+    from inference_core import errors
+    from inference_core.datasets.resolve import is_dataset_id
+    from inference_core.targets import BuildContext, build_target
+
+    dataset = spec.get("dataset")
+    if isinstance(dataset, str) and is_dataset_id(dataset):
+        raise Problem(422, "log_weights_unavailable", "this sampler's target is over an uploaded data set: log "
+                      "weights and corrections are not computed in the API (see the sampler's `quality`, "
+                      "computed by the worker with the data)")
+    try:
+        return build_target(spec, BuildContext(dtype=torch.float64))
+    except (errors.InferenceError, ValueError) as exc:  # ValueError: pydantic's, for a spec no longer valid
+        raise Problem(422, "log_weights_unavailable", f"this sampler's target cannot be rebuilt: {exc}") from None
+
+
+def check_weight_cost(target: Any, proposals: int) -> None:
+    rows = int(getattr(target, "n_data", 1) or 1)
+    if proposals * rows > MAX_WEIGHT_ROW_EVALUATIONS:
+        raise Problem(413, "limit_exceeded", f"{proposals} proposals × {rows} data rows is over the cap of "
+                      f"{MAX_WEIGHT_ROW_EVALUATIONS} log-likelihood row evaluations per request; ask for fewer draws")
+
+
+def check_jacobian_work(generator: Any, draws: int) -> None:
+    """413 `limit_exceeded` before any work when the log-determinants of `draws` draws would cost more than
+    MAX_JACOBIAN_WORK multiply-adds (forward-mode tangents: k rows through every hidden layer)."""
+    structure = generator.config.get("generator", {})
+    k = int(structure.get("input_dim", 0))
+    widths = [k, *(int(w) for w in structure.get("hidden", [])), k]
+    work = draws * k * sum(a * b for a, b in zip(widths[:-1], widths[1:], strict=True))
+    if work > MAX_JACOBIAN_WORK:
+        raise Problem(413, "limit_exceeded", f"the exact log q of {draws} draws of this generator costs about "
+                      f"{work:.3g} multiply-adds, over the cap of {MAX_JACOBIAN_WORK:.3g} per request; ask for fewer "
+                      "draws or proposals")
+
+
+def certified_draw(generator: Any, target: Any | None, n: int, seed: int, returns: list[str],
+                   correct: str | None, proposals: int | None) -> tuple[np.ndarray, dict[str, Any]]:
+    """(draws [n, d] float32, extra JSON fields): `log_q` / `log_weights` per returned draw, `density`
+    ("exact" or "branch": the generator folds among these draws), `correction` diagnostics."""
+    from inference_core.samplers.certificate import (
+        PROPOSALS_PER_DRAW,
+        corrected_draws,
+        draws_with_density,
+        importance_draws,
+    )
+    from inference_core.samplers.density import DensityUnavailable
+
+    one_intra_op_thread()
+    if hasattr(generator, "density"):
+        check_jacobian_work(generator, (proposals or PROPOSALS_PER_DRAW * n) if correct is not None else n)
+    try:
+        if correct is not None:
+            check_weight_cost(target, proposals or PROPOSALS_PER_DRAW * n)
+            weighted = corrected_draws(generator, target, n, seed, correct, proposals)
+        elif "log_weights" in returns:
+            check_weight_cost(target, n)
+            weighted = importance_draws(generator, target, n, seed)
+        else:
+            draws, density = draws_with_density(generator, n, seed)
+            return draws.numpy(), {"density": "branch" if density.folded else "exact",
+                                   "log_q": density.log_q.numpy()}
+    except DensityUnavailable as exc:
+        raise Problem(422, "density_unavailable", str(exc)) from None
+    extra: dict[str, Any] = {}
+    extra["density"] = "branch" if weighted.info.get("folded") else "exact"
+    if "log_q" in returns:
+        extra["log_q"] = weighted.log_q
+    if "log_weights" in returns:
+        extra["log_weights"] = weighted.log_weights
+    if correct is not None:
+        extra["correction"] = {key: value for key, value in weighted.info.items() if key != "folded"}
+    return weighted.draws.numpy(), extra
+
+
+# --- /targets/validate ---
+
+Dtype = Literal["float32", "float64"]
+DTYPE_RTOL: dict[str, float] = {"float32": 1e-3, "float64": 0.0}
+"""`dtype_mismatch` when |v_dtype − v_float64| > rtol·(1 + |v_float64|) for log p, or the same with max-norms
+for a point's score (float32's eps is 1.2e-7: 1e-3 leaves room for rounding summed over ~10⁴ terms)."""
+MAX_LISTED = 10  # points named in a warning's message (all are in its `points`)
+
+
+def evaluate_target(raw_target: dict[str, Any], points: list[list[float]], loader: Any,
+                    dtype: Dtype) -> ValidateResponse:
+    """The target's log p and score at the points in float64, and again in the job's dtype (with warnings where
+    they part)."""
+    import torch
+
+    from inference_core.targets import BuildContext, build_target
+
+    one_intra_op_thread()
+    target = build_target(raw_target, BuildContext(dtype=torch.float64, load_dataset=loader))
+    widths = {len(row) for row in points}
+    if widths != {target.dim}:
+        raise Problem(422, "points_invalid",
+                      f"every point needs {target.dim} coordinates (the target's dimension); got {sorted(widths)}")
+    log_prob, score = _log_prob_and_score(target, torch.tensor(points, dtype=torch.float64))
+    finite = bool(torch.isfinite(log_prob).all() and torch.isfinite(score).all())
+    if dtype == "float64":
+        log_prob_d, score_d, warnings = log_prob, score, []
+    else:
+        job_target = build_target(raw_target, BuildContext(dtype=getattr(torch, dtype), load_dataset=loader))
+        log_prob_d, score_d = _log_prob_and_score(job_target, torch.tensor(points, dtype=getattr(torch, dtype)))
+        warnings = dtype_warnings(log_prob, score, log_prob_d.double(), score_d.double(), dtype)
+    layout = getattr(target, "layout", None)
+    return ValidateResponse(
+        kind=raw_target["kind"],
+        dim=target.dim,
+        log_prob=json_floats(log_prob.tolist()),
+        score=json_floats(score.tolist()),
+        finite=finite,
+        layout=[ParameterBlockOut(name=b.name, shape=list(b.shape), offset=b.offset) for b in layout]
+        if layout else None,
+        dtype=dtype,
+        finite_in_dtype=bool(torch.isfinite(log_prob_d).all() and torch.isfinite(score_d).all()),
+        log_prob_in_dtype=json_floats(log_prob_d.double().tolist()),
+        warnings=warnings,
+    )
+
+
+def json_floats(values: list) -> list:
+    """NaN/inf → null (JSON has neither); `finite` says whether any were replaced."""
+    if values and isinstance(values[0], list):
+        return [json_floats(row) for row in values]
+    return [v if math.isfinite(v) else None for v in values]
+
+
+def _log_prob_and_score(target: Any, x: Any) -> tuple[Any, Any]:
+    try:
+        return target.log_prob(x).detach(), target.score(x).detach()
+    except NotImplementedError as exc:
+        raise no_pointwise_density(exc) from None
+
+
+def no_pointwise_density(exc: NotImplementedError) -> Problem:
+    """422 `target_unsupported`: a target whose log-density cannot be evaluated at given points."""
+    return Problem(422, "target_unsupported", f"this target has no pointwise log-density: {exc}")
+
+
+def _listed(indices: list[int]) -> str:
+    shown = ", ".join(str(i) for i in indices[:MAX_LISTED])
+    return f"{shown}, ... ({len(indices)} in all)" if len(indices) > MAX_LISTED else shown
+
+
+def dtype_warnings(log_prob: Any, score: Any, log_prob_d: Any, score_d: Any, dtype: str) -> list[ValidateWarning]:
+    """`nonfinite_in_dtype`: points whose log p or score is finite in float64 but not in `dtype` (naming the
+    score's coordinates); `dtype_mismatch`: finite in both but apart by more than DTYPE_RTOL (see there)."""
+    import torch
+
+    warnings = []
+    lost_value = torch.isfinite(log_prob) & ~torch.isfinite(log_prob_d)
+    lost_score = torch.isfinite(score) & ~torch.isfinite(score_d)
+    lost = (lost_value | lost_score.any(-1)).nonzero().flatten().tolist()
+    if lost:
+        parts = []
+        value_points = lost_value.nonzero().flatten().tolist()
+        if value_points:
+            parts.append(f"log p at points {_listed(value_points)}")
+        for i in lost_score.any(-1).nonzero().flatten().tolist()[:MAX_LISTED]:
+            parts.append(f"the score of point {i} at coordinates {_listed(lost_score[i].nonzero().flatten().tolist())}")
+        warnings.append(ValidateWarning(
+            code="nonfinite_in_dtype", points=lost,
+            message=f"finite in float64 but not in {dtype} (the job's dtype; it would fail with target_nonfinite "
+                    f"there): {'; '.join(parts)}. Rewrite the target (e.g. logsumexp/logaddexp, "
+                    "log_normal instead of log(exp(...))) or run the job with options.dtype = 'float64'."))
+    rtol = DTYPE_RTOL[dtype]
+    both = torch.isfinite(log_prob) & torch.isfinite(log_prob_d) & torch.isfinite(score).all(-1) \
+        & torch.isfinite(score_d).all(-1)
+    value_off = (log_prob_d - log_prob).abs() > rtol * (1 + log_prob.abs())
+    score_off = (score_d - score).abs().amax(-1) > rtol * (1 + score.abs().amax(-1))
+    off = (both & (value_off | score_off)).nonzero().flatten().tolist()
+    if off:
+        worst = ((log_prob_d - log_prob).abs() / (1 + log_prob.abs()))[off].max().item()
+        warnings.append(ValidateWarning(
+            code="dtype_mismatch", points=off,
+            message=f"log p or its score in {dtype} differs from float64 by more than rtol {rtol:g} "
+                    f"(relative to 1 + |value|) at points {_listed(off)} (worst log p: {worst:.3g}); "
+                    "look for cancellation between large terms"))
+    return warnings
+
+
+# --- /density ---
+
+def density_unsupported(target_spec: dict[str, Any], dim: int) -> Problem:
+    return Problem(422, "density_unsupported", f"the density grid is drawn for 2-D targets; this job's "
+                   f"{target_spec.get('kind')} target has dimension {dim}")
+
+
+def density_grid(job_id: str, target_spec: dict[str, Any], loader: Any,
+                 bounds: tuple[float, float, float, float], grid: int) -> DensityGrid:
+    """log p on a grid × grid mesh of a 2-D target, in float64."""
+    import torch
+
+    from inference_core.targets import BuildContext, build_target
+
+    one_intra_op_thread()
+    target = build_target(target_spec, BuildContext(dtype=torch.float64, load_dataset=loader))
+    if target.dim != 2:  # a dimension that comes from an uploaded data set's shape
+        raise density_unsupported(target_spec, target.dim)
+    x_min, x_max, y_min, y_max = bounds
+    xs = torch.linspace(x_min, x_max, grid, dtype=torch.float64)
+    ys = torch.linspace(y_min, y_max, grid, dtype=torch.float64)
+    mesh_y, mesh_x = torch.meshgrid(ys, xs, indexing="ij")  # row i: y = ys[i]
+    points = torch.stack([mesh_x.reshape(-1), mesh_y.reshape(-1)], dim=1)
+    try:
+        with torch.no_grad():
+            values = target.log_prob(points).reshape(grid, grid)
+    except NotImplementedError as exc:
+        raise no_pointwise_density(exc) from None
+    finite = torch.isfinite(values)
+    peak = float(values[finite].max()) if bool(finite.any()) else None
+    return DensityGrid(job_id=job_id, x=xs.tolist(), y=ys.tolist(), log_prob=json_floats(values.tolist()),
+                       max_log_prob=peak)
+
+
+# --- /predict ---
+
+def predict_answer(cache: SamplerCache, key: str, load: Callable[[], Any], x: list[list[float]], n: int | None,
+                   seed: int, quantiles: list[float] | None) -> bytes:
+    """The JSON answer of a predictor (loaded once per `key` through the cache), with one intra-op thread like
+    /sample's draws, so concurrent answers are bit-identical to a lone one."""
+    from inference_core.prediction import PredictionUnsupported
+
+    predictor = cache.get(f"predict:{key}", load)  # prefixed: /sample caches the Sampler under the bare sha256
+    one_intra_op_thread()
+    try:
+        result = predictor.predict(x, n=n, seed=seed, quantiles=quantiles)
+    except PredictionUnsupported as exc:
+        raise Problem(422, "predict_unsupported", str(exc)) from None
+    except ValueError as exc:
+        raise Problem(422, "input_invalid", str(exc)) from None
+    return orjson.dumps(result, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+def sampler_predictor(blob: bytes) -> Any:
+    """The predictive of a stored sampler zip (BNN hypernetwork, function-space sampler)."""
+    from inference_core.prediction import predictor_from_sampler
+
+    return predictor_from_sampler(load_sampler(blob))
+
+
+def ensemble_predictor(blob: bytes) -> Any:
+    """The predictive of a particle job's stored predictor zip."""
+    from inference_core.prediction import load_ensemble
+
+    return load_ensemble(blob)
+
+
+def load_sampler(blob: bytes) -> Any:
+    from inference_core.samplers import load
+
+    return load(blob)
+
+
+def spg_density_unavailable() -> Problem:
+    """422 `density_unavailable`: function-space samplers have no density over parameters."""
+    from inference_core.samplers.spg import DENSITY_UNAVAILABLE
+
+    return Problem(422, "density_unavailable", DENSITY_UNAVAILABLE)
