@@ -12,16 +12,18 @@ from fastapi.openapi.utils import get_openapi
 
 from app.api.access_log import log_access
 from app.api.compute import TARGET_CACHE_SIZE, ComputePool, TargetCache, default_concurrency
+from app.api.decode_budget import DecodeBudget
 from app.api.docs import install_offline_docs
 from app.api.middleware import (
     AuthMiddleware,
     BodyLimitMiddleware,
     BodyReadTimeoutMiddleware,
+    InFlightLimitMiddleware,
     RequestIdMiddleware,
     RequestObserverMiddleware,
 )
 from app.api.observability import install_metrics
-from app.api.openapi import add_problem_responses
+from app.api.openapi import add_problem_responses, bound_query_parameter, state_catalog_enums
 from app.api.problems import install_problem_handlers
 from app.api.routes import catalog, datasets, density, events, health, jobs, predict, samplers, targets
 from app.api.sampler_cache import SamplerCache
@@ -50,11 +52,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.store = make_store(settings.artifacts_url, settings)
         app.state.celery = make_celery(settings, main="parvis-api")
         app.state.sampler_cache = SamplerCache(settings.sampler_cache_size)
+        app.state.decode_budget = DecodeBudget(settings.upload_decode_budget_bytes)  # shared by concurrent uploads
         app.state.target_cache = TargetCache(TARGET_CACHE_SIZE)  # float64 targets for /sample's log weights
         app.state.stream_slots = make_stream_slots(settings)  # open event streams per tenant (shared via Redis)
         # Torch and the samplers are imported in the background: /health/live answers at once, /health/ready
         # says `warm` once the first /sample no longer pays for the import.
-        app.state.compute = ComputePool(settings.sample_concurrency or default_concurrency())
+        threads = settings.sample_concurrency or default_concurrency()
+        app.state.compute = ComputePool(threads, settings.compute_queue_limit or 4 * threads)
         app.state.compute.start_warm_up()
         if not settings.auth_enabled:
             logger.warning("authentication is OFF: every request acts as the single tenant 'local'")
@@ -77,19 +81,20 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                        if path.rstrip("/") == "/v1/datasets" else settings.max_request_bytes)
     app.add_middleware(BodyReadTimeoutMiddleware, timeout_for=lambda: settings.body_read_timeout_seconds)
     app.add_middleware(AuthMiddleware, enabled=settings.auth_enabled)  # outside the body limits: 401 first
+    app.add_middleware(InFlightLimitMiddleware, limit=settings.max_in_flight_requests)  # shed before any work
     app.add_middleware(RequestIdMiddleware)
     if settings.log_format == "json":
         app.add_middleware(RequestObserverMiddleware, observe=log_access)  # outermost: times the whole request, 413s included
     install_metrics(app, settings)  # Prometheus GET /metrics and the per-route latency middleware
     for module in (health, catalog, targets, jobs, density, events, datasets, samplers, predict):
         app.include_router(module.router)
-    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
+    app.openapi = lambda: _openapi(app, settings)  # type: ignore[method-assign]
     install_offline_docs(app)
     install_dashboard(app, settings.auth_enabled)
     return app
 
 
-def _openapi(app: FastAPI) -> dict:
+def _openapi(app: FastAPI, settings: Settings) -> dict:
     """The generated spec, plus JobSpec (the submit body is parsed by hand to give precise error codes), and
     the problem responses and key requirement of every operation (app/api/openapi.py)."""
     if app.openapi_schema is None:
@@ -101,6 +106,9 @@ def _openapi(app: FastAPI) -> dict:
         submit = schema["paths"]["/v1/jobs"]["post"]
         submit["requestBody"] = {"required": True, "content": {"application/json": {
             "schema": {"$ref": "#/components/schemas/JobSpec"}}}}
+        state_catalog_enums(schema)
+        bound_query_parameter(schema, "/v1/jobs/{job_id}/density", "get", "grid", minimum=density.MIN_GRID,
+                              maximum=max(density.MIN_GRID, settings.max_density_grid))
         add_problem_responses(schema, app.routes)
         app.openapi_schema = schema
     return app.openapi_schema

@@ -91,6 +91,8 @@ def record_progress(
     points: list[tuple[int, float, dict[str, Any]]],
     tenant_id: str,
 ) -> bool:
+    """Progress, latest metrics and new metric points, fenced by the lease. Idempotent: the worker retries a
+    write that failed (docs/architecture.md, "Database outages")."""
     values: dict[str, Any] = {"progress": progress, "updated_at": utcnow()}
     if metrics is not None:
         values["metrics"] = metrics
@@ -99,6 +101,10 @@ def record_progress(
         session.rollback()
         return False
     if points:
+        # A batch retried after a commit whose answer was lost (a connection dropped mid-commit) replaces the
+        # copy that got through: points are written in step order, so none of this attempt lies past the batch.
+        session.execute(delete(MetricPoint).where(MetricPoint.job_id == lease.job_id,
+                                                  MetricPoint.step >= min(step for step, _, _ in points)))
         session.add_all(
             MetricPoint(job_id=lease.job_id, tenant_id=tenant_id, step=step, wall_time_s=wall, values=vals)
             for step, wall, vals in points

@@ -62,6 +62,9 @@ class Settings(BaseSettings):
     # Memory an upload's parsed arrays may take (8 bytes a value at least); an .npz is checked from its headers
     # before anything is decompressed (413 dataset_too_large).
     max_dataset_decompressed_bytes: int = 256 * 1024 * 1024
+    # Memory the uploads being decoded at once in one API process may reserve between them (app/api/
+    # decode_budget.py: an .npz twice the cap above, JSON or CSV ten times its size); past it 503 `overloaded`.
+    upload_decode_budget_bytes: int = Field(default=1024 * 1024 * 1024, ge=1024 * 1024)
     max_validate_points: int = 1000
     max_density_grid: int = 200  # points per axis of GET /v1/jobs/{id}/density (grid² evaluations)
     max_sample_n: int = 100_000
@@ -72,6 +75,19 @@ class Settings(BaseSettings):
     # 0: 2 × cores.
     sample_concurrency: int = 0
     max_predict_values: int = 2_000_000  # posterior draws × inputs of one /predict request
+    # One request's target evaluations (density grid, /targets/validate, /sample's log weights and corrections):
+    # the intermediate values it holds at once are kept under `request_memory_bytes` by working through the
+    # points and data rows in chunks (inference_core.targets.bounded), so an API process holds at most
+    # `sample_concurrency` × this for them; and its work, points × data rows × values a row, is capped by
+    # `max_evaluation_values` (413 limit_exceeded up front; 2³² is a few seconds of one core).
+    request_memory_bytes: int = Field(default=256 * 1024 * 1024, ge=1024 * 1024)
+    # Overload is shed, not queued (503 `overloaded` + Retry-After at once): requests in flight per API process
+    # (probes and event streams not counted), calls waiting for a compute-pool thread (0: 4 × the pool's
+    # threads), and the seconds a request may wait for one of the database pool's connections.
+    max_in_flight_requests: int = Field(default=256, ge=1)
+    compute_queue_limit: int = Field(default=0, ge=0)
+    db_wait_seconds: float = Field(default=5.0, gt=0)
+    max_evaluation_values: int = Field(default=2**32, ge=1)
     sampler_cache_size: int = 16
     max_page_size: int = 1000
     default_page_size: int = 50
@@ -85,6 +101,11 @@ class Settings(BaseSettings):
     progress_interval_seconds: float = 0.5
     job_time_limit_seconds: int = 7 * 24 * 3600
     worker_shutdown_grace_seconds: float = 20.0
+    # Database outages while a job runs (docs/architecture.md, "Database outages"): failed writes are kept and
+    # retried every `db_retry_seconds`; the worker stops writing `lease_safety_margin_seconds` (at most a
+    # quarter of the lease) before its lease, as last renewed, would expire by its own clock.
+    db_retry_seconds: float = Field(default=1.0, gt=0)
+    lease_safety_margin_seconds: float = Field(default=5.0, ge=0)
     # torch intra-op threads in each worker process (PARVIS_WORKER_TORCH_THREADS); 0: max(1, (cores - 1) //
     # worker concurrency), one core left for the API and the other processes: more threads than free cores make
     # torch's spinning threads wait on each other (300 GPVI steps: 10.1 s with 2 threads on 2 busy cores, 2.8 s

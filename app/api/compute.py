@@ -30,6 +30,7 @@ import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 import numpy as np
@@ -47,22 +48,85 @@ T = TypeVar("T")
 BYTES_PER_VALUE = {"npy": 4, "json": 20}
 
 
+@dataclass(frozen=True)
+class EvaluationBudget:
+    """What one request's target evaluations and density computations may take (service.settings:
+    `request_memory_bytes`, `max_evaluation_values`)."""
+
+    memory_bytes: int
+    max_values: int
+
+    @classmethod
+    def of(cls, settings: Any) -> EvaluationBudget:
+        return cls(settings.request_memory_bytes, settings.max_evaluation_values)
+
+
+def bounded(target: Any, points: int, budget: EvaluationBudget, what: str) -> Any:
+    """The target evaluated in chunks within the memory budget (inference_core.targets.bounded), once its work
+    (points × data rows × values a row) is checked against the cap: 413 `limit_exceeded` up front."""
+    from inference_core.targets.bounded import VALUES_PER_DIMENSION, Bounded
+
+    rows = int(getattr(target, "n_data", 1) or 1)
+    per_row = int(getattr(target, "values_per_row", 0) or VALUES_PER_DIMENSION * target.dim)
+    work = points * rows * per_row
+    if work > budget.max_values:
+        raise Problem(413, "limit_exceeded", f"{what}: {points} points × {rows} data rows × {per_row} values a row "
+                      f"is {work:.3g} values to compute, over the cap of {budget.max_values:.3g} per request "
+                      "(PARVIS_MAX_EVALUATION_VALUES); ask for fewer points")
+    return Bounded(target, budget.memory_bytes)
+
+
 def default_concurrency() -> int:
     return 2 * (os.cpu_count() or 1)
+
+
+def unmap_large_frees() -> bool:
+    """Give large freed blocks back to the OS at once (glibc only; False elsewhere). glibc raises its mmap
+    threshold each time a large block is freed (up to 32 MiB), after which blocks that size come from per-thread
+    heaps that are not returned: measured, one density request with a 64 MiB budget left its pool thread 500 MB
+    larger, and four threads four times that. A fixed 1 MiB threshold maps every large tensor on its own."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        return bool(libc.mallopt(M_MMAP_THRESHOLD, 1 << 20))
+    except (OSError, AttributeError):
+        return False
+
+
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number
 
 
 class ComputePool:
     """A fixed-size thread pool for CPU work of the API; `warm` is set once torch and the samplers module
     are imported (readiness reports it)."""
 
-    def __init__(self, workers: int):
+    def __init__(self, workers: int, queue_limit: int | None = None):
+        unmap_large_frees()
         self.workers = max(1, workers)
+        self.queue_limit = 4 * self.workers if queue_limit is None else max(0, queue_limit)
         self.executor = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="parvis-compute")
         self.warm = threading.Event()
         self.warm_error: str | None = None
+        self.pending = 0  # submitted by `run` and not finished: running (at most `workers`) or queued
+        self._lock = threading.Lock()
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
-        return await asyncio.wrap_future(self.executor.submit(fn, *args))
+        """fn(*args) in the pool; 503 `overloaded` at once when `queue_limit` calls already wait for a thread
+        (shed, not queued: a refusal now beats an answer in a minute)."""
+        with self._lock:
+            if self.pending >= self.workers + self.queue_limit:
+                raise Problem(503, "overloaded", f"the compute pool is full ({self.workers} running, "
+                              f"{self.queue_limit} waiting); retry shortly", headers={"Retry-After": "1"})
+            self.pending += 1
+        future = self.executor.submit(fn, *args)
+        future.add_done_callback(self._done)
+        return await asyncio.wrap_future(future)
+
+    def _done(self, _: Any) -> None:
+        with self._lock:
+            self.pending -= 1
 
     def start_warm_up(self) -> None:
         self.executor.submit(self._warm_up)
@@ -171,10 +235,28 @@ def check_jacobian_work(generator: Any, draws: int) -> None:
                       "draws or proposals")
 
 
+def density_chunk(generator: Any, draws: int, budget: EvaluationBudget) -> int:
+    """Draws whose exact log q is computed at once within the budget (forward-mode tangents: k × the widest
+    layer per draw, float64, a few copies); 413 `limit_exceeded` up front when the draws themselves (noise,
+    activations and outputs in float32, computed in one call for bit-identical draws) are over the budget."""
+    structure = generator.config.get("generator", {})
+    k = int(structure.get("input_dim", 0)) or 1
+    widths = [k, *(int(w) for w in structure.get("hidden", [])), int(structure.get("output_dim", 0)) or 1]
+    per_draw = (int(structure.get("noise_dim", 0) or k) + sum(widths)) * 4 * 2
+    if draws * per_draw > budget.memory_bytes:
+        raise Problem(413, "limit_exceeded", f"{draws} draws of this generator take about {draws * per_draw} bytes "
+                      f"to compute, over the request memory budget of {budget.memory_bytes} bytes "
+                      "(PARVIS_REQUEST_MEMORY_BYTES); ask for fewer draws or proposals")
+    return max(1, budget.memory_bytes // (k * max(widths) * 8 * 3))
+
+
 def certified_draw(generator: Any, target: Any | None, n: int, seed: int, returns: list[str],
-                   correct: str | None, proposals: int | None) -> tuple[np.ndarray, dict[str, Any]]:
+                   correct: str | None, proposals: int | None,
+                   budget: EvaluationBudget) -> tuple[np.ndarray, dict[str, Any]]:
     """(draws [n, d] float32, extra JSON fields): `log_q` / `log_weights` per returned draw, `density`
-    ("exact" or "branch": the generator folds among these draws), `correction` diagnostics."""
+    ("exact" or "branch": the generator folds among these draws), `correction` diagnostics. Within the
+    request's budget: the draws' own memory is checked up front, their densities are computed in chunks, and
+    the target is evaluated through `bounded`."""
     from inference_core.samplers.certificate import (
         PROPOSALS_PER_DRAW,
         corrected_draws,
@@ -184,17 +266,21 @@ def certified_draw(generator: Any, target: Any | None, n: int, seed: int, return
     from inference_core.samplers.density import DensityUnavailable
 
     one_intra_op_thread()
+    pool = (proposals or PROPOSALS_PER_DRAW * n) if correct is not None else n
+    chunk = density_chunk(generator, pool, budget)
     if hasattr(generator, "density"):
-        check_jacobian_work(generator, (proposals or PROPOSALS_PER_DRAW * n) if correct is not None else n)
+        check_jacobian_work(generator, pool)
     try:
         if correct is not None:
-            check_weight_cost(target, proposals or PROPOSALS_PER_DRAW * n)
-            weighted = corrected_draws(generator, target, n, seed, correct, proposals)
+            check_weight_cost(target, pool)
+            weighted = corrected_draws(generator, bounded(target, pool, budget, "the proposals' log weights"), n,
+                                       seed, correct, proposals, chunk)
         elif "log_weights" in returns:
             check_weight_cost(target, n)
-            weighted = importance_draws(generator, target, n, seed)
+            weighted = importance_draws(generator, bounded(target, n, budget, "the draws' log weights"), n, seed,
+                                        chunk)
         else:
-            draws, density = draws_with_density(generator, n, seed)
+            draws, density = draws_with_density(generator, n, seed, chunk)
             return draws.numpy(), {"density": "branch" if density.folded else "exact",
                                    "log_q": density.log_q.numpy()}
     except DensityUnavailable as exc:
@@ -220,15 +306,16 @@ MAX_LISTED = 10  # points named in a warning's message (all are in its `points`)
 
 
 def evaluate_target(raw_target: dict[str, Any], points: list[list[float]], loader: Any,
-                    dtype: Dtype) -> ValidateResponse:
+                    dtype: Dtype, budget: EvaluationBudget) -> ValidateResponse:
     """The target's log p and score at the points in float64, and again in the job's dtype (with warnings where
-    they part)."""
+    they part), each within the request's budget (`bounded`)."""
     import torch
 
     from inference_core.targets import BuildContext, build_target
 
     one_intra_op_thread()
     target = build_target(raw_target, BuildContext(dtype=torch.float64, load_dataset=loader))
+    target = bounded(target, 2 * len(points), budget, "the target at these points in float64 and the job's dtype")
     widths = {len(row) for row in points}
     if widths != {target.dim}:
         raise Problem(422, "points_invalid",
@@ -238,7 +325,8 @@ def evaluate_target(raw_target: dict[str, Any], points: list[list[float]], loade
     if dtype == "float64":
         log_prob_d, score_d, warnings = log_prob, score, []
     else:
-        job_target = build_target(raw_target, BuildContext(dtype=getattr(torch, dtype), load_dataset=loader))
+        job_target = bounded(build_target(raw_target, BuildContext(dtype=getattr(torch, dtype), load_dataset=loader)),
+                             len(points), budget, "the target at these points")
         log_prob_d, score_d = _log_prob_and_score(job_target, torch.tensor(points, dtype=getattr(torch, dtype)))
         warnings = dtype_warnings(log_prob, score, log_prob_d.double(), score_d.double(), dtype)
     layout = getattr(target, "layout", None)
@@ -266,7 +354,8 @@ def json_floats(values: list) -> list:
 
 def _log_prob_and_score(target: Any, x: Any) -> tuple[Any, Any]:
     try:
-        return target.log_prob(x).detach(), target.score(x).detach()
+        log_prob, score = target.log_prob_and_score(x)
+        return log_prob.detach(), score.detach()
     except NotImplementedError as exc:
         raise no_pointwise_density(exc) from None
 
@@ -326,8 +415,8 @@ def density_unsupported(target_spec: dict[str, Any], dim: int) -> Problem:
 
 
 def density_grid(job_id: str, target_spec: dict[str, Any], loader: Any,
-                 bounds: tuple[float, float, float, float], grid: int) -> DensityGrid:
-    """log p on a grid × grid mesh of a 2-D target, in float64."""
+                 bounds: tuple[float, float, float, float], grid: int, budget: EvaluationBudget) -> DensityGrid:
+    """log p on a grid × grid mesh of a 2-D target, in float64, within the request's budget (`bounded`)."""
     import torch
 
     from inference_core.targets import BuildContext, build_target
@@ -336,6 +425,7 @@ def density_grid(job_id: str, target_spec: dict[str, Any], loader: Any,
     target = build_target(target_spec, BuildContext(dtype=torch.float64, load_dataset=loader))
     if target.dim != 2:  # a dimension that comes from an uploaded data set's shape
         raise density_unsupported(target_spec, target.dim)
+    target = bounded(target, grid * grid, budget, f"the density on a {grid} × {grid} grid")
     x_min, x_max, y_min, y_max = bounds
     xs = torch.linspace(x_min, x_max, grid, dtype=torch.float64)
     ys = torch.linspace(y_min, y_max, grid, dtype=torch.float64)
@@ -368,7 +458,33 @@ def predict_answer(cache: SamplerCache, key: str, load: Callable[[], Any], x: li
         raise Problem(422, "predict_unsupported", str(exc)) from None
     except ValueError as exc:
         raise Problem(422, "input_invalid", str(exc)) from None
+    check_prediction_finite(result)
     return orjson.dumps(result, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+#: The answer arrays of a prediction whose input rows run along the last axis (`quantiles` is [L, m]); the
+#: others ([m], [m, K]) have them along the first.
+_ROWS_LAST = frozenset({"quantiles"})
+
+
+def check_prediction_finite(result: dict[str, Any]) -> None:
+    """422 `output_nonfinite`, naming the input rows, when a prediction holds NaN or an infinity (inputs far
+    outside the data's range overflow the network: `x = [[1e308]]`); JSON would carry them as null."""
+    bad: set[int] = set()
+    for key, value in result.items():
+        if not isinstance(value, np.ndarray) or value.dtype.kind not in "fc" or value.ndim == 0:
+            continue
+        finite = np.isfinite(value)
+        if finite.all():
+            continue
+        rows = np.moveaxis(finite, -1, 0) if key in _ROWS_LAST else finite
+        bad.update(int(i) for i in np.flatnonzero(~rows.reshape(rows.shape[0], -1).all(axis=1)))
+    if bad:
+        rows = sorted(bad)
+        shown = ", ".join(map(str, rows[:10])) + (f" and {len(rows) - 10} more" if len(rows) > 10 else "")
+        raise Problem(422, "output_nonfinite", f"the prediction overflows (NaN or infinite) at input row(s) "
+                      f"{shown} of x: inputs far outside the training data's range; send values of a "
+                      "moderate size", extra={"loc": ["body", "x"], "rows": rows[:100]})
 
 
 def sampler_predictor(blob: bytes) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Annotated
 
@@ -25,13 +26,21 @@ async def get_session(request: Request) -> AsyncIterator[Session]:
     slow client or a streamed body never holds a pooled connection. The wait is on the event loop, not in a
     threadpool thread: sync endpoints waiting for a pooled connection in every thread, while finished requests
     held the connections until a thread was free to serialise their answers, deadlocked bursts of polls for the
-    pool's 30 s timeout."""
-    async with request.app.state.session_gate:
+    pool's 30 s timeout. A request that waits more than `db_wait_seconds` for a slot is shed: 503 `overloaded`."""
+    gate = request.app.state.session_gate
+    try:
+        await asyncio.wait_for(gate.acquire(), request.app.state.settings.db_wait_seconds)
+    except TimeoutError:
+        raise Problem(503, "overloaded", "every database connection of this API process is busy; retry shortly",
+                      headers={"Retry-After": "1"}) from None
+    try:
         session = request.app.state.session_factory()
         try:
             yield session
         finally:
             session.close()
+    finally:
+        gate.release()
 
 
 def get_store(request: Request) -> ArtifactStore:

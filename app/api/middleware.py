@@ -138,6 +138,37 @@ class BodyLimitMiddleware:
         await send_problem(scope, send, 413, "payload_too_large", f"request body is over the limit of {limit} bytes")
 
 
+#: Seconds an overloaded client is asked to wait (503 `overloaded`): short, since the refusal is immediate.
+OVERLOAD_RETRY_AFTER_S = 1
+
+
+class InFlightLimitMiddleware:
+    """503 `overloaded` + Retry-After at once when this process already holds `limit` requests: past that bound a
+    slow or busy machine answers with quick refusals instead of queueing requests for tens of seconds. Probes
+    (`/v1/health/`, `/metrics`) and event streams (long-lived, capped per tenant on their own) are not counted."""
+
+    def __init__(self, app: ASGIApp, limit: int):
+        self.app = app
+        self.limit = max(1, limit)
+        self.in_flight = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "")
+        if scope["type"] != "http" or path.startswith(("/v1/health/", "/metrics")) or path.endswith("/events"):
+            await self.app(scope, receive, send)
+            return
+        if self.in_flight >= self.limit:
+            await send_problem(scope, send, 503, "overloaded", f"this API process is at its limit of {self.limit} "
+                               "requests in flight; retry shortly",
+                               [(b"retry-after", str(OVERLOAD_RETRY_AFTER_S).encode())])
+            return
+        self.in_flight += 1  # one event loop per process: no lock needed
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.in_flight -= 1
+
+
 async def send_problem(scope: Scope, send: Send, status: int, code: str, detail: str,
                        headers: list[tuple[bytes, bytes]] | None = None) -> None:
     """A problem+json answer sent from middleware, closing the connection (the body may be left unread)."""

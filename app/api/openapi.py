@@ -18,6 +18,7 @@ from starlette.routing import BaseRoute
 
 from app.api.deps import get_current_tenant
 from app.api.problems import PROBLEM_MEDIA_TYPE
+from inference_core.catalog import METHODS, TARGET_KINDS
 
 try:
     from fastapi.routing import iter_route_contexts
@@ -58,7 +59,8 @@ PROBLEM_DESCRIPTIONS = {
     415: "the body's media type is not supported (`unsupported_media_type`)",
     422: "the request is invalid (`request_invalid`, or a library code such as `spec_invalid`)",
     429: "a quota or rate limit is reached (`quota_exceeded`); see `Retry-After`",
-    503: "a dependency (database, queue) is unavailable; see `Retry-After`",
+    503: "a dependency (database, queue) is unavailable, or this process is overloaded (`overloaded`); see "
+         "`Retry-After`",
 }
 PROBLEM_HEADERS = {
     401: {"WWW-Authenticate": {"description": "`Bearer`", "schema": {"type": "string"}}},
@@ -126,6 +128,41 @@ def _problem_response(status: int, existing: dict[str, Any] | None) -> dict[str,
     if status in PROBLEM_HEADERS:
         response["headers"] = PROBLEM_HEADERS[status]
     return response
+
+
+def target_schema() -> dict[str, Any]:
+    """A target spec as the document states it: an object whose `kind` is one of the catalog's (the kind's own
+    fields are checked by the kind's schema, `GET /v1/catalog`)."""
+    return {"type": "object", "required": ["kind"], "additionalProperties": True,
+            "description": "a target spec: `kind` and that kind's fields (see GET /v1/catalog)",
+            "properties": {"kind": {"type": "string", "enum": sorted(TARGET_KINDS)}}}
+
+
+def state_catalog_enums(schema: dict[str, Any]) -> None:
+    """In place: the methods and target kinds the server knows, as enums of the bodies that name them (the
+    models keep plain strings, so an unknown name gets its own stable code, `method_unknown`,
+    `target_kind_unknown`, rather than a generic validation error)."""
+    components = schema.get("components", {}).get("schemas", {})
+    methods = sorted(METHODS)
+    for name in ("JobSpec", "ValidateRequest"):
+        properties = components.get(name, {}).get("properties", {})
+        if "target" in properties:
+            properties["target"] = {**target_schema(), "title": properties["target"].get("title", "Target")}
+        method = properties.get("method")
+        for branch in (method or {}).get("anyOf", [method] if method else []):
+            if branch.get("type") == "string":
+                branch["enum"] = methods
+
+
+def bound_query_parameter(schema: dict[str, Any], path: str, method: str, name: str, *, minimum: int,
+                          maximum: int) -> None:
+    """In place: state the range of an integer query parameter that the route checks itself (to answer with its
+    own stable code, e.g. `limit_exceeded` for a density grid over the deployment's cap)."""
+    for parameter in schema["paths"][path][method].get("parameters", []):
+        if parameter.get("name") == name and parameter.get("in") == "query":
+            for branch in parameter["schema"].get("anyOf", [parameter["schema"]]):
+                if branch.get("type") == "integer":
+                    branch.update(minimum=minimum, maximum=maximum)
 
 
 def add_problem_responses(schema: dict[str, Any], routes: Sequence[BaseRoute]) -> None:

@@ -7,9 +7,20 @@ import hashlib
 import hmac
 import json
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
+
+from fastapi import Query
 
 from app.api.problems import Problem
+
+#: The largest integer a query parameter carries towards SQL: 2**53, exact as a JSON number and far inside the
+#: 64-bit integers of SQLite and PostgreSQL, so an over-large value is a 422 `request_invalid`, never a database
+#: overflow (issue 43: `since_step=1e30` was a 500). Stated in the OpenAPI document as `maximum`.
+QUERY_INT_MAX = 2**53
+
+PageSize = Annotated[int | None, Query(ge=1, le=QUERY_INT_MAX, description="items per page (default "
+                                       "PARVIS_DEFAULT_PAGE_SIZE; a larger value is cut to PARVIS_MAX_PAGE_SIZE)")]
+PageToken = Annotated[str | None, Query(description="`next_page_token` of the previous page")]
 
 
 def clamp_page_size(requested: int | None, default: int, maximum: int) -> int:

@@ -4,6 +4,9 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Annotated
+
+from fastapi import Query
 
 from app.api.problems import Problem
 from service.models import utcnow
@@ -12,6 +15,10 @@ from service.settings import Settings
 
 RETENTION_QUERY_DESCRIPTION = ("seconds to keep it (and, for a job, its sampler) after creation; default: the "
                                "tenant's retention; at most the tenant's maximum (else 422 retention_too_long)")
+#: The longest retention a request may name, whatever the tenant's maximum: about 317 years, so that creation
+#: plus it stays a representable timestamp (a larger value is 422 `request_invalid`, never an overflow).
+MAX_RETENTION_SECONDS = 10**10
+RetentionSeconds = Annotated[int | None, Query(ge=1, le=MAX_RETENTION_SECONDS, description=RETENTION_QUERY_DESCRIPTION)]
 
 
 def requested_expiry(settings: Settings, tenant: str, retention_seconds: int | None,

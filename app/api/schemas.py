@@ -8,6 +8,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from service.models import JOB_STATUSES
+
+#: A job's status, as the `?status=` filter of GET /v1/jobs takes it (an enum in the OpenAPI document).
+JobStatus = Literal[JOB_STATUSES]  # type: ignore[valid-type]  # Literal of a tuple: its members
+
 
 class Progress(BaseModel):
     step: int

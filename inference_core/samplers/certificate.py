@@ -93,34 +93,40 @@ def target_log_prob(target: Any, draws: Tensor) -> np.ndarray:
     return np.where(np.isnan(values), -np.inf, values)
 
 
-def draws_with_density(sampler: Any, n: int, seed: int) -> tuple[Tensor, Density]:
+def draws_with_density(sampler: Any, n: int, seed: int, chunk: int | None = None) -> tuple[Tensor, Density]:
     """`sampler.sample(n, seed)` and the exact density there (log q, orientation); DensityUnavailable when the
-    sampler has none."""
+    sampler has none. The draws are computed in one call (bit-identical to `sample`); the density, whose
+    Jacobian tangents hold k × width values a draw, `chunk` draws at a time when given (each draw's log q is
+    its own: the chunks only bound the memory)."""
     if not hasattr(sampler, "density"):
         sampler.sample(n, seed, with_log_q=True)  # raises the sampler's own DensityUnavailable
     z = sampler.sample_noise(n, seed)
-    return sampler.forward(z), sampler.density(z)
+    draws = sampler.forward(z)
+    if chunk is None or chunk >= n:
+        return draws, sampler.density(z)
+    parts = [sampler.density(z[start:start + chunk]) for start in range(0, n, max(1, chunk))]
+    return draws, Density(torch.cat([p.log_q for p in parts]), torch.cat([p.orientation for p in parts]))
 
 
-def importance_draws(sampler: Any, target: Any, n: int, seed: int) -> WeightedDraws:
+def importance_draws(sampler: Any, target: Any, n: int, seed: int, density_chunk: int | None = None) -> WeightedDraws:
     """`sampler.sample(n, seed)` with log q and log p̃ (DensityUnavailable when the sampler has no density);
     `info["negative_orientation"]` counts the draws where det ∂f/∂z < 0 (samplers.density: draws of both
     orientations prove f folds, and log q is then a branch density)."""
-    draws, density = draws_with_density(sampler, n, seed)
+    draws, density = draws_with_density(sampler, n, seed, density_chunk)
     negative = int((density.orientation < 0).sum())
     return WeightedDraws(draws, density.log_q.numpy(), target_log_prob(target, draws),
                          {"negative_orientation": negative, "folded": density.folded})
 
 
 def corrected_draws(sampler: Any, target: Any, n: int, seed: int, method: str,
-                    proposals: int | None = None) -> WeightedDraws:
+                    proposals: int | None = None, density_chunk: int | None = None) -> WeightedDraws:
     """n draws corrected towards the target (module docstring); `info` holds the diagnostics."""
     if method not in CORRECTIONS:
         raise ValueError(f"correct must be one of {', '.join(CORRECTIONS)}, got {method!r}")
     pool = PROPOSALS_PER_DRAW * n if proposals is None else int(proposals)
     if pool < n:
         raise ValueError(f"proposals ({pool}) must be at least n ({n})")
-    weighted = importance_draws(sampler, target, pool, seed)
+    weighted = importance_draws(sampler, target, pool, seed, density_chunk)
     stream = derive_seed(seed, CORRECTION_STREAM)
     lw = weighted.log_weights
     info: dict[str, Any] = {"method": method, "proposals": pool, "folded": weighted.info["folded"]}

@@ -3,6 +3,7 @@ metrics, stored artifacts, cancel, delete."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -24,6 +25,15 @@ from service.store import ArtifactStore
 ACTIVE_STATUSES = ("queued", "running")
 QUOTA_RETRY_AFTER_S = 30
 BROKER_RETRY_AFTER_S = 5
+
+
+def request_fingerprint(spec_fingerprint: str, retention_seconds: int | None) -> str:
+    """What an Idempotency-Key is compared on (stored as `spec_sha256`): the normalised spec's sha256 alone
+    when no retention was requested (so jobs stored before retention counted still replay), else the sha256
+    of that and the requested `retention_seconds`."""
+    if retention_seconds is None:
+        return spec_fingerprint
+    return hashlib.sha256(f"{spec_fingerprint}|retention_seconds={retention_seconds}".encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -67,17 +77,23 @@ class Jobs:
             Artifact.job_id == job.id, Artifact.tenant_id == self.tenant, Artifact.role == role)).scalar_one_or_none()
 
     def submit(self, admitted: AdmittedSpec, *, idempotency_key: str | None, expires_at: datetime | None,
-               max_active: int, max_attempts: int, enqueue: Callable[[str], None]) -> Submitted:
+               max_active: int, max_attempts: int, enqueue: Callable[[str], None],
+               retention_seconds: int | None = None) -> Submitted:
         """Store and enqueue an admitted spec. The key lookup, the quota count and the insert are one step
         serialised per tenant (service.quota: the lock ends with the transaction), so concurrent submits cannot
         all see room under the cap, and a retry of a key sees the first one's job. A broker failure removes the
-        row again: nothing is stored, `broker_unavailable`."""
+        row again: nothing is stored, `broker_unavailable`.
+
+        A key is compared on the request (`request_fingerprint`: the normalised spec and the retention as
+        requested), so a replay with another `retention_seconds` is `idempotency_key_reused`, not a silent
+        200 that drops the new retention."""
+        fingerprint = request_fingerprint(admitted.fingerprint, retention_seconds)
         lock_tenant_jobs(self.session, self.tenant)
         if idempotency_key is not None:
             existing = self._by_key(idempotency_key)
             if existing is not None:
                 try:
-                    return self._replay(existing, admitted.fingerprint)
+                    return self._replay(existing, fingerprint)
                 finally:
                     self.session.rollback()  # releases the lock
         active = self.session.execute(select(func.count()).select_from(Job).where(
@@ -89,7 +105,7 @@ class Jobs:
         spec = admitted.spec
         now = utcnow()
         job = Job(id=new_id("job"), tenant_id=self.tenant, status="queued", method=spec.method, name=spec.name,
-                  spec=admitted.normalized(), spec_sha256=admitted.fingerprint, idempotency_key=idempotency_key,
+                  spec=admitted.normalized(), spec_sha256=fingerprint, idempotency_key=idempotency_key,
                   max_attempts=max_attempts,
                   progress={"step": 0, "total_steps": spec.steps, "fraction": 0.0, "eta_s": None},
                   created_at=now, updated_at=now, enqueued_at=now, expires_at=expires_at)
@@ -99,7 +115,7 @@ class Jobs:
             self.session.commit()
         except IntegrityError:  # a concurrent request with the same key won the insert: its replay
             self.session.rollback()
-            return self._replay(self._by_key(idempotency_key), admitted.fingerprint)
+            return self._replay(self._by_key(idempotency_key), fingerprint)
         try:
             enqueue(job.id)
         except Exception as exc:
@@ -117,7 +133,8 @@ class Jobs:
         if job is None:
             raise NotFound("the job this Idempotency-Key named was deleted meanwhile; retry")
         if job.spec_sha256 != fingerprint:
-            raise Rejected("this Idempotency-Key was already used with a different request body",
+            raise Rejected("this Idempotency-Key was already used with a different request (body or "
+                           "retention_seconds)",
                            code="idempotency_key_reused")
         if job_is_expired(job):  # gone for the client (once swept, the key is free again)
             raise Expired.of("job", job.id, job.expires_at)

@@ -8,9 +8,9 @@ from fastapi import APIRouter, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from app.api.deps import CurrentTenant, SessionDep, SettingsDep, StoreDep
-from app.api.pagination import clamp_page_size, cursor_of, next_token
+from app.api.pagination import PageSize, PageToken, clamp_page_size, cursor_of, next_token
 from app.api.problems import Problem
-from app.api.retention import RETENTION_QUERY_DESCRIPTION, requested_expiry
+from app.api.retention import RetentionSeconds, requested_expiry
 from app.api.schemas import DatasetList, DatasetOut
 from app.api.views import dataset_out
 from inference_core.datasets import DatasetTooLarge, UnsupportedMediaType, parse_dataset_upload
@@ -31,8 +31,11 @@ def _parse_target_column(value: str | None) -> int | str | None:
 
 @router.post("", status_code=201, response_model=DatasetOut, openapi_extra={"requestBody": {"content": {
     "application/json": {"schema": {"type": "object", "properties": {
-        "X": {"type": "array", "items": {"type": "array", "items": {"type": "number"}}},
-        "y": {"type": "array", "items": {"type": "number"}}}, "required": ["X"]}},
+        "X": {"type": "array", "minItems": 1, "items": {"type": "array", "minItems": 1, "items": {"type": "number"}}},
+        "y": {"type": "array", "items": {"type": "number"}},
+        "X_test": {"type": "array", "minItems": 1, "items": {"type": "array", "minItems": 1, "items": {"type": "number"}}},
+        "y_test": {"type": "array", "items": {"type": "number"}}}, "required": ["X"],
+        "additionalProperties": False}},
     "application/x-npz": {"schema": {"type": "string", "format": "binary"}},
     "text/csv": {"schema": {"type": "string"}},
     "multipart/form-data": {"schema": {"type": "object", "properties": {
@@ -47,7 +50,7 @@ async def upload_dataset(
     target_column: Annotated[str | None, Query(description="CSV: y column (index, header name, or 'none')")]
     = None,
     header: Annotated[bool | None, Query(description="CSV: first line is a header (default: detect)")] = None,
-    retention_seconds: Annotated[int | None, Query(ge=1, description=RETENTION_QUERY_DESCRIPTION)] = None,
+    retention_seconds: RetentionSeconds = None,
 ) -> DatasetOut:
     """Body: JSON `{"X": [[..]], "y": [..]}`, a `.npz` (arrays X, y), or CSV (last column is y unless
     `target_column` says otherwise) — sent raw with its Content-Type, or as multipart field `file`."""
@@ -69,13 +72,17 @@ async def upload_dataset(
     else:
         data = await request.body()
 
+    budget = request.app.state.decode_budget
+    cost = budget.cost(len(data), media_type, settings.max_dataset_decompressed_bytes)
+
     def parse_and_store() -> DatasetOut:
         try:
-            dataset = parse_dataset_upload(data, media_type, max_rows=settings.max_dataset_rows,
-                                           max_cols=settings.max_dataset_cols,
-                                           target_column=_parse_target_column(target_column), header=header,
-                                           name=name or "upload",
-                                           max_bytes=settings.max_dataset_decompressed_bytes)
+            with budget.reserve(cost):
+                dataset = parse_dataset_upload(data, media_type, max_rows=settings.max_dataset_rows,
+                                               max_cols=settings.max_dataset_cols,
+                                               target_column=_parse_target_column(target_column), header=header,
+                                               name=name or "upload",
+                                               max_bytes=settings.max_dataset_decompressed_bytes)
         except UnsupportedMediaType as exc:
             raise Problem(415, "unsupported_media_type", str(exc)) from None
         except DatasetTooLarge as exc:
@@ -94,8 +101,8 @@ def list_datasets(
     session: SessionDep,
     tenant: CurrentTenant,
     settings: SettingsDep,
-    page_size: Annotated[int | None, Query()] = None,
-    page_token: Annotated[str | None, Query()] = None,
+    page_size: PageSize = None,
+    page_token: PageToken = None,
 ) -> DatasetList:
     size = clamp_page_size(page_size, settings.default_page_size, settings.max_page_size)
     filters, secret = {"kind": "datasets"}, settings.resolved_secret_key()

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
 
-from app.api.compute import density_grid, density_unsupported
+from app.api.compute import EvaluationBudget, density_grid, density_unsupported
 from app.api.deps import CurrentTenant, SettingsDep, StoreDep
 from app.api.problems import Problem
 from app.api.schemas import DensityGrid
@@ -55,7 +55,7 @@ async def job_density(
     target_spec = await run_in_threadpool(_target_spec, request, tenant, job_id)
     loader = dataset_loader(request.app.state.session_factory, store, tenant)
     return await request.app.state.compute.run(
-        density_grid, job_id, target_spec, loader, (x_min, x_max, y_min, y_max), grid)
+        density_grid, job_id, target_spec, loader, (x_min, x_max, y_min, y_max), grid, EvaluationBudget.of(settings))
 
 
 def _target_spec(request: Request, tenant: str, job_id: str) -> dict[str, Any]:

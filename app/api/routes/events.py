@@ -3,7 +3,11 @@ heartbeats in between, and the stream ends after the job reaches a terminal stat
 
 A stream holds no database connection between its reads: the ownership check and each snapshot open and
 close their own short session. Open streams are capped per tenant (`max_streams_per_tenant`), counted across
-API processes on the cluster shape (app/api/stream_slots.py)."""
+API processes on the cluster shape (app/api/stream_slots.py).
+
+With authentication on, the stream's API key is looked up again every KEY_RECHECK_SECONDS: once it is revoked
+(or deleted), the stream sends one `event: error` whose data is a problem body (`code` `unauthorized`) and
+ends, so a revoked key stops reading within about a second, not at its next request."""
 
 from __future__ import annotations
 
@@ -19,15 +23,19 @@ from starlette.concurrency import run_in_threadpool
 from starlette.types import Receive, Scope, Send
 
 from app.api.deps import CurrentTenant, SettingsDep
-from app.api.problems import DATABASE_UNAVAILABLE_ERRORS
+from app.api.problems import DATABASE_UNAVAILABLE_ERRORS, request_id_of
 from app.api.stream_slots import StreamSlot
 from app.api.views import job_out
+from service.api_keys import tenant_for_bearer
 from service.models import TERMINAL_STATUSES
 from service.repositories import Jobs
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
 HEARTBEAT_SECONDS = 15.0
+KEY_RECHECK_SECONDS = 1.0
+
+
 class SlotStreamingResponse(StreamingResponse):
     """Gives its stream slot back however the response ends: terminal event, client gone, or error."""
 
@@ -70,13 +78,29 @@ def job_events(
         except DATABASE_UNAVAILABLE_ERRORS:
             return None
 
+    authorization = request.headers.get("authorization", "") if settings.auth_enabled else None
+
+    def key_revoked() -> bool:
+        """True once the request's key no longer names this tenant (revoked or deleted); False while the
+        database is unreachable (the stream waits, as for a snapshot)."""
+        try:
+            return tenant_for_bearer(factory, authorization or "") != tenant
+        except DATABASE_UNAVAILABLE_ERRORS:
+            return False
+
     async def stream() -> AsyncIterator[str]:
         last = None
         last_sent = time.monotonic()
+        next_key_check = last_sent + KEY_RECHECK_SECONDS  # the middleware has just looked the key up
         event_id = 0
         while not await request.is_disconnected():
             if slot.renew_due():
                 await run_in_threadpool(slot.renew)
+            if authorization is not None and time.monotonic() >= next_key_check:
+                next_key_check = time.monotonic() + KEY_RECHECK_SECONDS
+                if await run_in_threadpool(key_revoked):
+                    yield f"id: {event_id + 1}\nevent: error\ndata: {json.dumps(revoked_problem(request))}\n\n"
+                    return
             state = await run_in_threadpool(snapshot)
             if state is not None and state != last:
                 event_id += 1
@@ -95,3 +119,10 @@ def job_events(
     except BaseException:
         slot.release()
         raise
+
+
+def revoked_problem(request: Request) -> dict[str, Any]:
+    """The data of the `error` event that ends a stream whose key was revoked: a problem body."""
+    return {"type": "urn:parvis:problem:unauthorized", "title": "Unauthorized", "status": 401,
+            "detail": "the API key of this stream was revoked; the stream ends", "code": "unauthorized",
+            "request_id": request_id_of(request)}

@@ -11,13 +11,12 @@ from fastapi.responses import JSONResponse
 
 from app.api.deps import CurrentTenant, SenderDep, SessionDep, SettingsDep, StoreDep
 from app.api.negotiation import array_response, load_npy
-from app.api.pagination import clamp_page_size, cursor_of, next_token
+from app.api.pagination import QUERY_INT_MAX, PageSize, PageToken, clamp_page_size, cursor_of, next_token
 from app.api.problems import Problem
-from app.api.retention import RETENTION_QUERY_DESCRIPTION, requested_expiry
-from app.api.schemas import JobList, JobOut, MetricTrace
+from app.api.retention import RetentionSeconds, requested_expiry
+from app.api.schemas import JobList, JobOut, JobStatus, MetricTrace
 from app.api.views import job_out, metric_point_out
 from inference_core.spec import admit
-from service.models import JOB_STATUSES
 from service.queue import enqueue_job
 from service.repositories import Datasets, Jobs
 
@@ -41,7 +40,7 @@ def submit_job(
     settings: SettingsDep,
     sender: SenderDep,
     idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key", max_length=255)] = None,
-    retention_seconds: Annotated[int | None, Query(ge=1, description=RETENTION_QUERY_DESCRIPTION)] = None,
+    retention_seconds: RetentionSeconds = None,
 ) -> JSONResponse:
     # The spec is admitted once (inference_core.spec.admit: the uploaded data sets' shapes come from the
     # tenant's own records), then stored and enqueued in one step serialised per tenant (Jobs.submit).
@@ -50,7 +49,8 @@ def submit_job(
     jobs = Jobs(session, tenant)
     submitted = jobs.submit(admitted, idempotency_key=idempotency_key, expires_at=expires_at,
                             max_active=settings.max_active_jobs_per_tenant, max_attempts=settings.max_attempts,
-                            enqueue=lambda job_id: enqueue_job(sender, settings, job_id))
+                            enqueue=lambda job_id: enqueue_job(sender, settings, job_id),
+                            retention_seconds=retention_seconds)
     job = submitted.job
     if submitted.replayed:
         out, status = job_out(job, jobs.sampler_ids([job.id]).get(job.id)), 200
@@ -66,12 +66,10 @@ def list_jobs(
     session: SessionDep,
     tenant: CurrentTenant,
     settings: SettingsDep,
-    status: Annotated[str | None, Query()] = None,
-    page_size: Annotated[int | None, Query()] = None,
-    page_token: Annotated[str | None, Query()] = None,
+    status: Annotated[JobStatus | None, Query(description="only jobs in this status")] = None,
+    page_size: PageSize = None,
+    page_token: PageToken = None,
 ) -> Response:
-    if status is not None and status not in JOB_STATUSES:
-        raise Problem(422, "request_invalid", f"status must be one of {', '.join(JOB_STATUSES)}")
     size = clamp_page_size(page_size, settings.default_page_size, settings.max_page_size)
     filters, secret = {"status": status}, settings.resolved_secret_key()
     jobs = Jobs(session, tenant)
@@ -97,8 +95,9 @@ def get_metrics(
     session: SessionDep,
     tenant: CurrentTenant,
     settings: SettingsDep,
-    since_step: Annotated[int | None, Query(ge=0, description="only points after this step")] = None,
-    limit: Annotated[int | None, Query(ge=1, description="points per page (default and maximum: "
+    since_step: Annotated[int | None, Query(ge=0, le=QUERY_INT_MAX, description="only points after this step")]
+    = None,
+    limit: Annotated[int | None, Query(ge=1, le=QUERY_INT_MAX, description="points per page (default and maximum: "
                                        "PARVIS_MAX_PAGE_SIZE); `next_since_step` asks for the next page")] = None,
     max_points: Annotated[int | None, Query(ge=1, le=MAX_METRIC_POINTS_ANSWERED,
                                             description="downsample: at most this many points, evenly spread over "

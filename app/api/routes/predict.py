@@ -36,12 +36,14 @@ MAX_QUANTILE_LEVELS = 99
 class PredictRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
-    x: list[list[float]] = Field(min_length=1, description="inputs [m, p] in the data's original units")
+    x: list[Annotated[list[float], Field(min_length=1)]] = Field(
+        min_length=1, description="inputs [m, p] in the data's original units")
     n: int | None = Field(default=None, ge=1, description="posterior draws to use; default: every particle of "
                           "a job, 100 draws of a sampler")
-    seed: int = Field(default=0, ge=0, lt=2**63, description="seed of a sampler's draws (same seed, same answer)")
-    quantiles: list[float] | None = Field(default=None, min_length=1, max_length=MAX_QUANTILE_LEVELS,
-                                          description="levels in (0, 1); default 0.025, 0.05, 0.5, 0.95, 0.975")
+    seed: int = Field(default=0, ge=0, le=2**63 - 1, description="seed of a sampler's draws (same seed, same answer)")
+    quantiles: list[Annotated[float, Field(gt=0, lt=1)]] | None = Field(
+        default=None, min_length=1, max_length=MAX_QUANTILE_LEVELS,
+        description="levels in (0, 1); default 0.025, 0.05, 0.5, 0.95, 0.975")
 
 
 _PROBLEM = {"content": {"application/problem+json": {}}}

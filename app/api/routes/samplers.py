@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from app.api.compute import (
     BYTES_PER_VALUE,
     MAX_PROPOSALS_PER_DRAW,
+    EvaluationBudget,
     build_float64_target,
     certified_draw,
     draw,
@@ -25,7 +26,7 @@ from app.api.compute import (
 )
 from app.api.deps import CurrentTenant, SessionDep, SettingsDep, StoreDep
 from app.api.negotiation import array_response, choose_array_format
-from app.api.pagination import clamp_page_size, cursor_of, next_token
+from app.api.pagination import PageSize, PageToken, clamp_page_size, cursor_of, next_token
 from app.api.problems import Problem
 from app.api.schemas import SamplerList, SamplerOut
 from app.api.views import sampler_out
@@ -39,7 +40,7 @@ class SampleRequest(BaseModel):
     model_config = ConfigDict(strict=True)  # "10" or true is not a number (issue 15)
 
     n: int = Field(ge=1, description="number of draws")
-    seed: int = Field(default=0, ge=0, lt=2**63)
+    seed: int = Field(default=0, ge=0, le=2**63 - 1)
     x: list[list[float]] | None = Field(
         default=None, description="inputs [m, p] in the data's original units: required by function-space "
         "(generator kind 'spg') samplers, which return f at x, [n, m]; refused by the others")
@@ -77,8 +78,7 @@ def check_inputs(body: SampleRequest, config: dict[str, Any], settings: Any) -> 
 
 @router.get("", response_model=SamplerList)
 def list_samplers(session: SessionDep, tenant: CurrentTenant, settings: SettingsDep,
-                  page_size: Annotated[int | None, Query()] = None,
-                  page_token: Annotated[str | None, Query()] = None) -> SamplerList:
+                  page_size: PageSize = None, page_token: PageToken = None) -> SamplerList:
     size = clamp_page_size(page_size, settings.default_page_size, settings.max_page_size)
     filters, secret = {"kind": "samplers"}, settings.resolved_secret_key()
     samplers = Samplers(session, tenant)
@@ -96,7 +96,9 @@ def get_sampler(sampler_id: str, session: SessionDep, tenant: CurrentTenant) -> 
 
 @router.get("/{sampler_id}/download", responses={200: {"content": {ZIP_MEDIA_TYPE: {}, ONNX_MEDIA_TYPE: {}}}})
 def download_sampler(sampler_id: str, session: SessionDep, tenant: CurrentTenant, store: StoreDep,
-                     format: Annotated[str, Query(description="safetensors | onnx")] = "safetensors") -> Response:
+                     format: Annotated[str, Query(description="safetensors | onnx (else 422 format_invalid)",
+                                                  json_schema_extra={"enum": ["safetensors", "onnx"]})]
+                     = "safetensors") -> Response:
     samplers = Samplers(session, tenant)
     sampler = samplers.owned(sampler_id)
     roles = {"safetensors": ("weights", ZIP_MEDIA_TYPE, "zip"), "onnx": ("onnx", ONNX_MEDIA_TYPE, "onnx")}
@@ -135,7 +137,7 @@ async def sample(sampler_id: str, body: SampleRequest, request: Request, tenant:
                 target = request.app.state.target_cache.get(target_key(target_spec),
                                                             lambda: build_float64_target(target_spec))
             return certified_draw(generator, target, body.n, body.seed, list(body.returns), body.correct,
-                                  body.proposals)
+                                  body.proposals, EvaluationBudget.of(settings))
         try:
             return draw(generator, body.n, body.seed, x), {}
         except ValueError as exc:

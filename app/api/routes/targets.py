@@ -17,7 +17,7 @@ from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from app.api.compute import DTYPE_RTOL, evaluate_target
+from app.api.compute import DTYPE_RTOL, EvaluationBudget, evaluate_target
 from app.api.deps import CurrentTenant, SettingsDep, StoreDep
 from app.api.problems import Problem
 from app.api.schemas import Dtype, ValidateResponse
@@ -53,7 +53,8 @@ async def validate_target(body: ValidateRequest, request: Request, tenant: Curre
                       f"at most {settings.max_validate_points} points per request, got {len(body.points)}")
     raw_target, dtype = await run_in_threadpool(admitted_target, request, tenant, body, settings)
     loader = dataset_loader(request.app.state.session_factory, store, tenant)
-    return await request.app.state.compute.run(evaluate_target, raw_target, body.points, loader, dtype)
+    return await request.app.state.compute.run(evaluate_target, raw_target, body.points, loader, dtype,
+                                               EvaluationBudget.of(settings))
 
 
 def admitted_target(request: Request, tenant: str, body: ValidateRequest, settings: Settings) -> tuple[dict, Dtype]:

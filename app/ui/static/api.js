@@ -49,7 +49,8 @@ export async function download(path, filename, options) {
   setTimeout(() => URL.revokeObjectURL(link.href), 10_000);
 }
 
-/** Server-Sent Events read with fetch() (EventSource cannot send a header): yields each event's parsed data. */
+/** Server-Sent Events read with fetch() (EventSource cannot send a header): yields each event's parsed data;
+ * an `error` event (its data a problem body, e.g. the key was revoked) throws ApiError. */
 export async function* events(path, signal) {
   const response = await call(path, { accept: "text/event-stream", signal });
   const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
@@ -62,8 +63,14 @@ export async function* events(path, signal) {
     while ((end = buffer.indexOf("\n\n")) >= 0) {
       const block = buffer.slice(0, end);
       buffer = buffer.slice(end + 2);
-      const data = block.split("\n").filter((line) => line.startsWith("data:")).map((line) => line.slice(5).trim());
-      if (data.length) yield JSON.parse(data.join("\n"));
+      const lines = block.split("\n");
+      const data = lines.filter((line) => line.startsWith("data:")).map((line) => line.slice(5).trim());
+      if (!data.length) continue;
+      const parsed = JSON.parse(data.join("\n"));
+      if (lines.some((line) => /^event:\s*error$/.test(line))) {
+        throw new ApiError(parsed.status || 500, parsed);
+      }
+      yield parsed;
     }
   }
 }

@@ -119,6 +119,11 @@ class BNNTarget(DataTarget):
         """Network outputs [n, B, out] for particles x [n, dim] at inputs [B, p] (model units)."""
         return self.network.forward(x, inputs)
 
+    @property
+    def values_per_row(self) -> int:
+        """Every hidden layer's activations (before and after the nonlinearity) and the outputs, per row."""
+        return 2 * sum(self.network.sizes[1:]) + 2
+
     def describe_layout(self) -> list[dict]:
         return self.network.describe_layout()
 
