@@ -98,6 +98,11 @@ def test_job_predict_regression_values_errors_and_tenancy(service) -> None:
     nan = client.post(url, content=b'{"x": [[NaN, 1.0]]}', headers={**a, "Content-Type": "application/json"})
     assert_problem(nan, 422, "input_invalid")
     assert_problem(client.post(url, json={"x": np.zeros((500, 2)).tolist()}, headers=a), 413, "limit_exceeded")
+    # quantile levels count: 100 inputs × the particles × 99 levels is over 5000 × the default's 5 levels
+    levels = np.linspace(0.01, 0.99, 99).tolist()
+    many = {"x": np.zeros((100, 2)).tolist(), "quantiles": levels}
+    assert_problem(client.post(url, json=many, headers=a), 413, "limit_exceeded")
+    assert client.post(url, json={**many, "quantiles": levels[:5]}, headers=a).status_code == 200
 
     # A job that has not finished: 409; a job on a target with no predictive model: 422 predict_unsupported.
     queued = client.post("/v1/jobs", json={**spec, "seed": 2}, headers=a).json()

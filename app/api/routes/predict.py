@@ -31,6 +31,7 @@ PREDICT_KINDS = ("bnn", "function_posterior")
 #: Draws a sampler gives when the request names no `n` (inference_core.prediction.DEFAULT_SAMPLER_DRAWS).
 SAMPLER_DEFAULT_DRAWS = 100
 MAX_QUANTILE_LEVELS = 99
+DEFAULT_LEVELS = 5  # inference_core.prediction.DEFAULT_QUANTILES
 
 
 class PredictRequest(BaseModel):
@@ -65,11 +66,18 @@ def parse_request(body: Any) -> PredictRequest:
 
 
 def check_size(request: PredictRequest, draws: int, settings: Settings) -> None:
-    """413 before any work when draws · inputs is over the cap."""
+    """413 before any work when draws · inputs is over the cap, or draws · inputs · quantile levels over the cap
+    times the default's 5 levels (each level of a regression's quantiles is a root search over the whole
+    mixture: 60,000 inputs × 99 levels held the compute pool for 17-20 s)."""
     values = draws * len(request.x)
     if values > settings.max_predict_values:
         raise Problem(413, "limit_exceeded", f"{draws} draws at {len(request.x)} inputs is {values} function "
                       f"values, over the cap of {settings.max_predict_values}; ask for fewer draws or inputs")
+    levels = len(request.quantiles) if request.quantiles is not None else DEFAULT_LEVELS
+    if values * levels > settings.max_predict_values * DEFAULT_LEVELS:
+        raise Problem(413, "limit_exceeded", f"{values} function values at {levels} quantile levels is "
+                      f"{values * levels} mixture evaluations, over the cap of {settings.max_predict_values} × "
+                      f"{DEFAULT_LEVELS}; ask for fewer levels, inputs or draws")
 
 
 def unsupported(detail: str) -> Problem:
