@@ -37,6 +37,9 @@ from service.settings import Settings, get_settings
 from service.store import make_store
 
 logger = logging.getLogger("parvis.api")
+#: Default calls waiting per compute-pool thread before 503 `overloaded`: a cold API's burst of 40 concurrent
+#: /sample calls with 100 polls (tests/integration/test_hardening_load.py) is admitted on 2 cores.
+QUEUED_PER_THREAD = 16
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -58,7 +61,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # Torch and the samplers are imported in the background: /health/live answers at once, /health/ready
         # says `warm` once the first /sample no longer pays for the import.
         threads = settings.sample_concurrency or default_concurrency()
-        app.state.compute = ComputePool(threads, settings.compute_queue_limit or 4 * threads)
+        app.state.compute = ComputePool(threads, settings.compute_queue_limit or QUEUED_PER_THREAD * threads)
         app.state.compute.start_warm_up()
         if not settings.auth_enabled:
             logger.warning("authentication is OFF: every request acts as the single tenant 'local'")

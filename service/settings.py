@@ -82,7 +82,7 @@ class Settings(BaseSettings):
     # `max_evaluation_values` (413 limit_exceeded up front; 2³² is a few seconds of one core).
     request_memory_bytes: int = Field(default=256 * 1024 * 1024, ge=1024 * 1024)
     # Overload is shed, not queued (503 `overloaded` + Retry-After at once): requests in flight per API process
-    # (probes and event streams not counted), calls waiting for a compute-pool thread (0: 4 × the pool's
+    # (probes and event streams not counted), calls waiting for a compute-pool thread (0: 16 × the pool's
     # threads), and the seconds a request may wait for one of the database pool's connections.
     max_in_flight_requests: int = Field(default=256, ge=1)
     compute_queue_limit: int = Field(default=0, ge=0)

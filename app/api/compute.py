@@ -105,7 +105,7 @@ class ComputePool:
     def __init__(self, workers: int, queue_limit: int | None = None):
         unmap_large_frees()
         self.workers = max(1, workers)
-        self.queue_limit = 4 * self.workers if queue_limit is None else max(0, queue_limit)
+        self.queue_limit = 16 * self.workers if queue_limit is None else max(0, queue_limit)
         self.executor = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="parvis-compute")
         self.warm = threading.Event()
         self.warm_error: str | None = None

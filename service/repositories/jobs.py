@@ -132,12 +132,12 @@ class Jobs:
     def _replay(self, job: Job | None, fingerprint: str) -> Submitted:
         if job is None:
             raise NotFound("the job this Idempotency-Key named was deleted meanwhile; retry")
+        if job_is_expired(job):  # gone for the client, whatever this request says (once swept, the key is free)
+            raise Expired.of("job", job.id, job.expires_at)
         if job.spec_sha256 != fingerprint:
             raise Rejected("this Idempotency-Key was already used with a different request (body or "
                            "retention_seconds)",
                            code="idempotency_key_reused")
-        if job_is_expired(job):  # gone for the client (once swept, the key is free again)
-            raise Expired.of("job", job.id, job.expires_at)
         return Submitted(job, replayed=True)
 
     def cancel(self, job_id: str) -> Job:
