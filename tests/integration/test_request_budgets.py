@@ -163,3 +163,33 @@ def test_concurrent_uploads_are_decoded_within_one_shared_budget(stack: Stack) -
     growth = rss.peak - baseline
     print(f"API RSS growth under 6 concurrent uploads: {growth / 2**20:.0f} MiB")
     assert growth < 2 * UPLOAD_CAP * 2 + SLACK, f"RSS grew by {growth / 2**20:.0f} MiB"
+
+
+def test_concurrent_corrections_weigh_their_proposals_within_the_budget(stack: Stack) -> None:
+    """/sample with `correct` against a regression on uci:protein (about 41,000 training rows): each request's
+    ~1,400 proposals are weighed by the full-data log-likelihood, ~3 GB of intermediate values if taken whole,
+    in chunks under the 64 MiB budget; four at once keep the API's growth within the pool's budgets."""
+    worker = stack.start_worker()
+    try:
+        spec = {"method": "gpvi_exact", "num_particles": 32, "steps": 30,
+                "target": {"kind": "bayesian_linear_regression", "dataset": "uci:protein", "bias": True}}
+        job = stack.succeeded(spec, timeout=600)
+    finally:
+        stack.kill_worker(worker)
+    url = f"/v1/samplers/{job['sampler_id']}/sample"
+    body = {"n": 700, "seed": 3, "correct": "psis", "proposals": 1400, "return": ["log_weights"]}
+
+    def call(seed: int) -> httpx.Response:
+        with httpx.Client(base_url=stack.base_url, timeout=600) as client:
+            return client.post(url, json={**body, "seed": seed})
+
+    baseline = tree_rss(stack.api.pid)
+    with PeakRss(stack.api.pid) as rss, ThreadPoolExecutor(POOL) as pool:
+        answers = list(pool.map(call, range(POOL)))
+    for answer in answers:
+        assert answer.status_code == 200, answer.text
+        assert len(answer.json()["log_weights"]) == body["n"]
+        assert all(np.isfinite(answer.json()["log_weights"]))
+    growth = rss.peak - baseline
+    print(f"API RSS growth under {POOL} concurrent corrections: {growth / 2**20:.0f} MiB")
+    assert growth < POOL * BUDGET + SLACK, f"RSS grew by {growth / 2**20:.0f} MiB"
