@@ -36,9 +36,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from _timing import cpu_model, fmt_ratio, fmt_seconds, load_average, median_seconds, replace_section  # noqa: E402
+from _timing import cpu_model, fmt_ratio, fmt_seconds, load_average, replace_section  # noqa: E402
 
-from inference_core.kernels import MedianRule, median_sq_dist, svgd_direction  # noqa: E402
+from inference_core.kernels import MedianRule, svgd_direction  # noqa: E402
 
 DOC = ROOT / "docs" / "benchmarks.md"
 CPU_TITLE = "Pairwise kernels (CPU)"
@@ -435,290 +435,13 @@ def cpu_report(quick: bool) -> str:
     return "\n".join(body)
 
 
-GPU_PENDING = (
-    "GPU figures remain to be measured: this run had no GPU. `python benchmarks/pairwise.py --gpu` implements "
-    "the benchmark grid of docs/implementation-notes.md (section Pairwise kernels: triton vs dense eager and chunked, roofline fraction against measured SGEMM/TF32/"
-    "BF16/exp peaks, peak-memory ratio, accuracy on 256 rows, median and solve, n = 1e6 at d = 2 where dense "
-    "runs out of memory) and replaces this section."
-)
-
-
-# ----------------------------------------------------------------------------------------------------------
-# GPU grid (docs/implementation-notes.md, "Pairwise kernels", benchmark protocol)
-# ----------------------------------------------------------------------------------------------------------
-
-
-#: Cells with more n²·d than this are skipped (the fused kernel alone takes over a minute a call there).
-MAX_GPU_CELL_WORK = 2e12
-
-
-def gpu_report(dry_run: bool) -> str:
-    """The benchmark grid (docs/implementation-notes.md, "Pairwise kernels"). `dry_run` runs the same code on CPU tensors (TRITON_INTERPRET=1) at toy sizes, to check
-    the script itself on a machine without a GPU; its numbers mean nothing."""
-    from inference_core.kernels import kernel_matmul, kernel_solve, ksd2, mmd2
-
-    device = torch.device("cpu" if dry_run else "cuda")
-    if not dry_run and not torch.cuda.is_available():
-        raise SystemExit("--gpu needs CUDA")
-    sync = (lambda: None) if dry_run else torch.cuda.synchronize
-    ns = [64, 128] if dry_run else [1000, 10_000, 100_000]
-    ds = [2, 16] if dry_run else [2, 16, 64, 100, 1000]
-    precisions = ["ieee", "tf32", "bf16"]
-    peaks = _measure_peaks(device, dry_run)
-    lines = [
-        f"Device: {peaks['name']}; torch {torch.__version__}, triton {_version('triton')}, CUDA {torch.version.cuda}.",
-        f"Measured peaks: SGEMM {peaks['fp32'] / 1e12:.1f} TFLOP/s, TF32 {peaks['tf32'] / 1e12:.1f}, "
-        f"BF16 {peaks['bf16'] / 1e12:.1f}, exp {peaks['exp'] / 1e12:.2f} T/s.",
-        "",
-        "Ratios are t(other) / t(triton); roofline = bound / t(triton) with the roofline model of docs/implementation-notes.md at measured peaks; "
-        "memory = max_memory_allocated / (n·d·4 B); error = max relative error on 256 rows against float64.",
-        "",
-        "| n | d | precision | triton | dense eager / triton | chunked / triton | roofline | mem triton | "
-        "mem dense | error | first call |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    timings: dict[tuple[int, int, str], float] = {}
-    for n in ns:
-        for d in ds:
-            g = torch.Generator(device="cpu").manual_seed(0)
-            x = torch.randn(n, d, generator=g).to(device)
-            s = torch.randn(n, d, generator=g).to(device)
-            h = float(median_sq_dist(x, method="subsample")) / math.log(n)
-            if float(n) * n * d > MAX_GPU_CELL_WORK:
-                lines.append(f"| {n} | {d} | all | skipped: n²d = {float(n) * n * d:.0e} pair-coordinates, over a "
-                             "minute a call | | | | | | | |")
-                continue
-            for prec in precisions:
-                row = _gpu_cell(x, s, h, prec, device, sync, peaks)
-                timings[(n, d, prec)] = row.get("t_triton") or float("nan")
-                lines.append(
-                    f"| {n} | {d} | {prec} | {fmt_seconds(row.get('t_triton'))} | {fmt_ratio(row.get('dense'))} "
-                    f"| {fmt_ratio(row.get('chunked'))} | {_fmt(row.get('roofline'), '.2f')} "
-                    f"| {_fmt(row.get('mem_triton'), '.1f')} | {row.get('mem_dense', '—')} "
-                    f"| {_fmt(row.get('error'), '.1e')} | {fmt_seconds(row.get('first_call'))} |"
-                )
-                print(lines[-1], flush=True)
-    # Scaling slope of t against n (should be 2 ± 0.1 above n = 1e4).
-    if len(ns) >= 2:
-        slopes = []
-        for d in ds:
-            t0, t1 = timings.get((ns[-2], d, "ieee")), timings.get((ns[-1], d, "ieee"))
-            if t0 and t1 and t0 == t0 and t1 == t1:
-                slopes.append(f"d={d}: {math.log(t1 / t0) / math.log(ns[-1] / ns[-2]):.2f}")
-        lines += ["", f"log-log slope of t(triton, ieee) from n = {ns[-2]} to {ns[-1]}: " + ", ".join(slopes)]
-    # Other primitives at one size.
-    n_o, d_o = (128, 4) if dry_run else (10_000, 16)
-    g = torch.Generator(device="cpu").manual_seed(1)
-    x = torch.randn(n_o, d_o, generator=g).to(device)
-    s = torch.randn(n_o, d_o, generator=g).to(device)
-    y = (torch.randn(n_o // 2, d_o, generator=g) + 0.5).to(device)
-    h = float(median_sq_dist(x)) / math.log(n_o)
-    lines += ["", f"Other primitives at n = {n_o}, d = {d_o} (ieee): t(chunked) / t(triton)", ""]
-    ops = {
-        "kernel_matmul (1 column)": lambda be: kernel_matmul(x, y, torch.ones(y.shape[0], 1, device=device), h,
-                                                             backend=be),
-        "mmd2": lambda be: mmd2(x, y, h, True, backend=be),
-        "ksd2": lambda be: ksd2(x, s, h, True, backend=be),
-    }  # fmt: skip
-    for name, op in ops.items():
-        t_tr = median_seconds(lambda op=op: op("triton"), sync=sync, repeats=20, max_seconds=30)
-        t_ch = median_seconds(lambda op=op: op("chunked"), sync=sync, repeats=20, max_seconds=30)
-        lines.append(f"- {name}: triton {fmt_seconds(t_tr)}, chunked/triton {fmt_ratio(t_ch / t_tr)}")
-    t_ex = median_seconds(lambda: median_sq_dist(x, method="exact"), sync=sync, repeats=5, max_seconds=30)
-    t_sub = median_seconds(lambda: median_sq_dist(x, method="subsample", subsample_size=2048), sync=sync,
-                           repeats=5, max_seconds=30)  # fmt: skip
-    err = abs(median_sq_dist(x, method="subsample") / median_sq_dist(x, method="exact") - 1)
-    lines.append(f"- median: exact {fmt_seconds(t_ex)}, subsample(2048) {fmt_seconds(t_sub)}, |rel diff| {err:.1e}")
-    b = s[:, :4].contiguous()
-    t_chol = median_seconds(lambda: kernel_solve(x, b, h, 1e-3, method="cholesky"), sync=sync, repeats=3,
-                            max_seconds=60)  # fmt: skip
-    t_cg = median_seconds(lambda: kernel_solve(x, b, h, 1e-3, method="cg", backend="triton", maxiter=1000), sync=sync,
-                          repeats=3, max_seconds=60)  # fmt: skip
-    _, info = kernel_solve(x, b, h, 1e-3, method="cg", backend="triton", maxiter=1000, return_info=True)
-    lines.append(
-        f"- kernel_solve (eps 1e-3, 4 columns): Cholesky fp64 {fmt_seconds(t_chol)}, CG (triton matvec) "
-        f"{fmt_seconds(t_cg)}, {info.iterations} iterations, residual {info.residual:.1e}"
-    )
-    lines += ["", _million_run(device, sync, dry_run)]
-    lines += ["", _offset_check(device)]
-    return "\n".join(lines)
-
-
-def _fmt(v, spec):
-    return "—" if v is None else format(v, spec)
-
-
-def _version(name: str) -> str:
-    try:
-        return __import__(name).__version__
-    except Exception:  # noqa: BLE001
-        return "not installed"
-
-
-def _dense_eager(x, s, h):
-    """Dense eager torch: the whole n×n matrix at once (centred Gram form, exp, one matmul)."""
-    xc = x - x.mean(0, keepdim=True)
-    sq = (xc * xc).sum(1)
-    dist = (sq[:, None] + sq[None, :] - 2 * xc @ xc.T).clamp_min_(0)
-    k = torch.exp(-dist / h)
-    prod = k @ torch.cat([s, xc, torch.ones_like(sq)[:, None]], dim=1)
-    d = x.shape[1]
-    return (prod[:, :d] + (2 / h) * (xc * prod[:, -1:] - prod[:, d:-1])) / x.shape[0]
-
-
-def _gpu_cell(x, s, h, prec, device, sync, peaks) -> dict:
-    n, d = x.shape
-    row: dict = {}
-    cuda = device.type == "cuda"
-    try:
-        if cuda:
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated() if cuda else 0
-        t = time.perf_counter()
-        svgd_direction(x, s, h, backend="triton", precision=prec)
-        sync()
-        row["first_call"] = time.perf_counter() - t
-        reps = 20 if n <= 10_000 else 5
-        row["t_triton"] = median_seconds(lambda: svgd_direction(x, s, h, backend="triton", precision=prec),
-                                         sync=sync, repeats=reps, max_seconds=60)  # fmt: skip
-        if cuda:
-            row["mem_triton"] = (torch.cuda.max_memory_allocated() - base) / (n * d * 4)
-    except Exception as exc:  # noqa: BLE001 (a failed cell is a result)
-        row["t_triton"] = None
-        row["error_triton"] = str(exc)[:80]
-        return row
-    try:
-        t_ch = median_seconds(lambda: svgd_direction(x, s, h, backend="chunked", precision=prec), sync=sync,
-                              repeats=reps, max_seconds=60)  # fmt: skip
-        row["chunked"] = t_ch / row["t_triton"]
-    except Exception:  # noqa: BLE001
-        row["chunked"] = None
-    try:
-        if cuda:
-            torch.cuda.reset_peak_memory_stats()
-        t_de = median_seconds(lambda: _dense_eager(x, s, h), sync=sync, repeats=reps, max_seconds=60)
-        row["dense"] = t_de / row["t_triton"]
-        if cuda:
-            row["mem_dense"] = f"{(torch.cuda.max_memory_allocated() - base) / (n * d * 4):.0f}"
-    except torch.cuda.OutOfMemoryError:
-        row["dense"], row["mem_dense"] = None, "OOM"
-        torch.cuda.empty_cache()
-    # Roofline: distances (2d) + elementwise (~6) on FP32 cores, the second product (2(2d+1)) at the
-    # precision's peak, against the exp floor.
-    pairs = float(n) * n
-    second = {"ieee": peaks["fp32"], "tf32": peaks["tf32"], "bf16": peaks["bf16"]}[prec]
-    bound = max(pairs * (2 * d + 6) / peaks["fp32"] + pairs * 2 * (2 * d + 1) / second, pairs / peaks["exp"])
-    row["roofline"] = bound / row["t_triton"]
-    row["error"] = _row_error(x, s, h, prec)
-    return row
-
-
-def _row_error(x, s, h, prec) -> float:
-    """Max relative error of the triton direction on 256 rows against a float64 reference over all j."""
-    n = x.shape[0]
-    block = max(256, 2**28 // (256 * x.shape[1]))  # the [256, block, d] float64 difference stays ≤ 2 GiB
-    rows = torch.arange(0, n, max(1, n // 256), device=x.device)[:256]
-    phi = svgd_direction(x, s, h, backend="triton", precision=prec)[rows].double()
-    x64, s64 = x.double(), s.double()
-    xc = x64 - x64.mean(0, keepdim=True)
-    ref = torch.zeros(len(rows), x.shape[1], dtype=torch.float64, device=x.device)
-    for start in range(0, n, block):
-        xj, sj = xc[start : start + block], s64[start : start + block]
-        diff2 = ((xc[rows, None, :] - xj[None, :, :]) ** 2).sum(-1)
-        k = torch.exp(-diff2 / h)
-        ref += k @ sj + (2 / h) * (xc[rows] * k.sum(1, keepdim=True) - k @ xj)
-    ref /= n
-    return float((phi - ref).abs().max() / ref.abs().max())
-
-
-def _measure_peaks(device, dry_run) -> dict:
-    if dry_run:
-        return {"name": "CPU dry run (numbers meaningless)", "fp32": 1e11, "tf32": 1e11, "bf16": 1e11, "exp": 1e10}
-    name = torch.cuda.get_device_name()
-    out = {"name": name}
-    size = 8192
-    a = torch.randn(size, size, device=device)
-    prev = torch.backends.cuda.matmul.allow_tf32
-    for key, dtype, tf32 in (("fp32", torch.float32, False), ("tf32", torch.float32, True),
-                             ("bf16", torch.bfloat16, False)):  # fmt: skip
-        torch.backends.cuda.matmul.allow_tf32 = tf32
-        m = a.to(dtype)
-        t = median_seconds(lambda m=m: m @ m, sync=torch.cuda.synchronize, repeats=10)
-        out[key] = 2 * size**3 / t
-    torch.backends.cuda.matmul.allow_tf32 = prev
-    out["exp"] = _exp_rate()
-    return out
-
-
-def _exp_rate() -> float:
-    """exps per second of a compute-bound Triton kernel (64 dependent exps per loaded element)."""
-    import triton
-    import triton.language as tl
-
-    @triton.jit
-    def exp_chain(x_ptr, n, BLOCK: tl.constexpr):
-        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        v = tl.load(x_ptr + offs, mask=offs < n, other=0.0)
-        for _ in range(64):
-            v = tl.exp(v * -0.5)
-        tl.store(x_ptr + offs, v, mask=offs < n)
-
-    n = 2**26
-    x = torch.rand(n, device="cuda")
-    grid = (triton.cdiv(n, 1024),)
-    t = median_seconds(lambda: exp_chain[grid](x, n, BLOCK=1024), sync=torch.cuda.synchronize, repeats=10)
-    return 64 * n / t
-
-
-def _million_run(device, sync, dry_run) -> str:
-    n = 2048 if dry_run else 1_000_000
-    g = torch.Generator(device="cpu").manual_seed(2)
-    x = torch.randn(n, 2, generator=g).to(device)
-    s = torch.randn(n, 2, generator=g).to(device)
-    h = float(median_sq_dist(x, method="subsample")) / math.log(n)
-    t = time.perf_counter()
-    svgd_direction(x, s, h, backend="triton")
-    sync()
-    fused = time.perf_counter() - t
-    try:
-        _dense_eager(x, s, h)
-        sync()
-        dense = "completed"
-    except (torch.cuda.OutOfMemoryError, RuntimeError) as exc:
-        dense = "out of memory" if "memory" in str(exc).lower() else f"failed: {str(exc)[:60]}"
-    return f"n = {n}, d = 2: triton svgd_direction {fmt_seconds(fused)} (first call included); dense eager: {dense}."
-
-
-def _offset_check(device) -> str:
-    g = torch.Generator(device="cpu").manual_seed(3)
-    x = (1e3 + 1e-2 * torch.randn(2000, 3, generator=g, dtype=torch.float64)).float().to(device)
-    s = torch.randn(2000, 3, generator=g).to(device)
-    x64 = x.double()
-    xc = x64 - x64.mean(0)
-    sq = ((xc[:, None] - xc[None]) ** 2).sum(-1)
-    h = float(sq.median()) / math.log(2000)
-    k = torch.exp(-sq / h)
-    ref = (k @ s.double() + (2 / h) * (xc * k.sum(1, keepdim=True) - k @ xc)) / 2000
-    ours = svgd_direction(x, s, h, backend="triton").double()
-    dist = torch.cdist(x, x, compute_mode="use_mm_for_euclid_dist") ** 2
-    kc = torch.exp(-dist / h)
-    naive = ((kc @ s + (2 / h) * (x * kc.sum(1, keepdim=True) - kc @ x)) / 2000).double()
-    return (
-        f"Offset test (2000 particles at 1e3, spread 1e-2): triton max rel error "
-        f"{float((ours - ref).abs().max() / ref.abs().max()):.1e}; torch.cdist (mm path) "
-        f"{float((naive - ref).abs().max() / ref.abs().max()):.1e}."
-    )
-
-
 # ----------------------------------------------------------------------------------------------------------
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="smaller grid, fewer repeats")
-    parser.add_argument("--gpu", action="store_true", help="run the GPU grid (CUDA + triton)")
-    parser.add_argument("--gpu-dry-run", action="store_true", help="run the GPU code path on CPU at toy sizes")
+    parser.add_argument("--gpu", action="store_true", help="run the GPU benchmark (benchmarks/pairwise_gpu.py)")
     parser.add_argument("--no-write", action="store_true", help=f"print only; do not update {DOC}")
     parser.add_argument(
         "--threads", type=int, default=None,
@@ -740,21 +463,17 @@ def main() -> None:
             os.environ["XLA_FLAGS"] = (
                 os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
             ).strip()
-    if args.gpu or args.gpu_dry_run:
-        if args.gpu_dry_run and os.environ.get("TRITON_INTERPRET") != "1":
-            raise SystemExit("--gpu-dry-run needs TRITON_INTERPRET=1 in the environment")
-        report = gpu_report(dry_run=args.gpu_dry_run)
-        print(report)
-        if not args.no_write and not args.gpu_dry_run:
-            replace_section(DOC, GPU_TITLE, report)
+    if args.gpu:
+        import pairwise_gpu
+
+        pairwise_gpu.run(False, pairwise_gpu.DEFAULT_SECTIONS, float("inf"), pairwise_gpu.RESULTS)
+        if not args.no_write:
+            replace_section(DOC, GPU_TITLE, pairwise_gpu.render([json.loads(pairwise_gpu.RESULTS.read_text())]))
         return
     report = cpu_report(args.quick)
     print(report)
     if not args.no_write:
         replace_section(DOC, CPU_TITLE, report)
-        text = DOC.read_text()
-        if f"## {GPU_TITLE}" not in text:
-            replace_section(DOC, GPU_TITLE, GPU_PENDING)
 
 
 if __name__ == "__main__":

@@ -48,9 +48,9 @@ from inference_core.kernels.functions import IMQ, Kernel, KernelLike, as_kernel
 
 BACKENDS: tuple[str, ...] = ("auto", "dense", "chunked", "triton", "keops")
 BACKEND_ENV = "PARVIS_PAIRWISE_BACKEND"
-#: Largest d for which `auto` prefers the fused kernel on CUDA, by precision: measured on an H100
-#: (docs/benchmarks.md, "Pairwise kernels (GPU)"): at d ≤ 16 the kernel is 1.0-2.7× chunked cuBLAS for
-#: n ≥ 10⁴; at d = 64 chunked is already as fast or faster in ieee/tf32, and 3-50× faster at d ≥ 100.
+#: Largest d for which `auto` prefers the fused kernel on CUDA, by precision: measured side by side on an
+#: H200 (docs/benchmarks.md, "Pairwise kernels (GPU)"): at d ≤ 16 the kernel is 1.1-31× chunked cuBLAS for
+#: n ∈ {10⁴, 10⁵}. Larger d waits for a run that times the Gram-form kernel beside chunked.
 TRITON_MAX_D = {"ieee": 16, "tf32": 16, "bf16": 16}
 #: The fused kernels compute offsets in int32: operands must hold fewer elements than this.
 TRITON_MAX_ELEMENTS = 2**31

@@ -34,7 +34,9 @@ def cloud(n, d, seed, offset=0.0, spread=1.0):
     return (offset + spread * torch.randn(n, d, generator=g, dtype=torch.float64)).float()
 
 out = {}
-for n, m, d, p in [(37, 45, 1, 3), (100, 17, 3, 1), (128, 128, 40, 2), (29, 33, 70, 5)]:
+# d = 1, 3: direct distances, ieee right-hand sides by float32 FMAs; d = 6: direct in tf32/bf16, Gram in ieee;
+# d = 16: Gram form with the row sum apart (17 columns would widen the product); d = 40, 70: Gram form.
+for n, m, d, p in [(37, 45, 1, 3), (100, 17, 3, 1), (70, 70, 6, 2), (90, 60, 16, 4), (128, 128, 40, 2), (29, 33, 70, 5)]:
     x, s, y = cloud(n, d, 1), cloud(n, d, 2), cloud(m, d, 3, offset=0.3)
     v = cloud(m, p, 4)
     h = float(median_heuristic(x.double()))
@@ -55,6 +57,19 @@ for n, m, d, p in [(37, 45, 1, 3), (100, 17, 3, 1), (128, 128, 40, 2), (29, 33, 
                     ref = mmd2(x.double(), y.double(), kern, unbiased, backend="dense")
                     got = mmd2(x, y, kern, unbiased, backend="triton")
                     out[f"mmd/{key}-u{int(unbiased)}"] = (prec, abs(float(got) - float(ref)))
+
+# Columns split across programs (on CUDA when the rows alone leave multiprocessors idle): same sums.
+import inference_core.kernels.triton_backend as tb
+tb._split = lambda *args: 3
+for d in (2, 16):
+    x, s, y = cloud(150, d, 7), cloud(150, d, 8), cloud(100, d, 9, offset=0.3)
+    h = float(median_heuristic(x.double()))
+    for name, kern in (("rbf", RBF(h)), ("imq", IMQ(1.0, -0.5, h))):
+        out[f"split/svgd-{name}-d{d}"] = ("ieee", rel(svgd_direction(x, s, kern, backend="triton"),
+                                                      svgd_direction(x.double(), s.double(), kern, backend="dense")))
+        out[f"split/matmul-{name}-d{d}"] = ("ieee", rel(kernel_matmul(x, y, s[:100], kern, backend="triton"),
+                                                        kernel_matmul(x.double(), y.double(), s[:100].double(), kern,
+                                                                      backend="dense")))
 
 # Offset test through the fused kernel; and k(x, x) = 1 exactly on its diagonal.
 x, s = cloud(96, 3, 5, offset=1e3, spread=1e-2), cloud(96, 3, 6)
@@ -103,6 +118,10 @@ def test_triton_ksd2_u_and_v_statistics(results):
 
 def test_triton_mmd2(results):
     _check(results, "mmd/")
+
+
+def test_triton_columns_split_across_programs(results):
+    _check(results, "split/")
 
 
 def test_triton_offset_cloud_and_exact_diagonal(results):
