@@ -63,7 +63,8 @@ class Settings(BaseSettings):
     # before anything is decompressed (413 dataset_too_large).
     max_dataset_decompressed_bytes: int = 256 * 1024 * 1024
     # Memory the uploads being decoded at once in one API process may reserve between them (app/api/
-    # decode_budget.py: an .npz twice the cap above, JSON or CSV ten times its size); past it 503 `overloaded`.
+    # decode_budget.py: an .npz twice the cap above, a CSV three times its decoded values, JSON fifteen times
+    # its size); past it 503 `overloaded`.
     upload_decode_budget_bytes: int = Field(default=1024 * 1024 * 1024, ge=1024 * 1024)
     max_validate_points: int = 1000
     max_density_grid: int = 200  # points per axis of GET /v1/jobs/{id}/density (grid² evaluations)

@@ -25,23 +25,32 @@ counter that stops past the header's promise, whatever the zip declares (a decom
 A JSON body is bounded before it is decoded, by counting the runs of number characters in its bytes.
 The zip's central directory is bounded too (zipfile parses it whole). CSV values are converted as each line is
 read, so the text is never held as millions of small strings.
+
+Sources: the body is given as bytes, a path, or a seekable binary file (the API streams a body into a temporary
+file and parses from it, so the raw body is never held in memory). An .npz and a CSV are read from the file a
+chunk at a time: memory is about the parsed arrays. A JSON body is read whole (json.loads needs the text), then
+its bytes are dropped before it is decoded.
 """
 
 from __future__ import annotations
 
+import codecs
 import csv
 import hashlib
 import io
 import json
 import lzma
 import math
+import os
 import re
 import struct
 import zipfile
 import zlib
 from array import array as value_buffer
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import partial
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
@@ -75,8 +84,32 @@ class DatasetTooLarge(ValueError):
     """The parsed arrays would take more than `max_bytes` of memory (the API answers 413)."""
 
 
+UploadSource = bytes | os.PathLike[str] | IO[bytes]
+"""An upload's body: its bytes, the path of a file holding them, or a seekable binary file (read from its start)."""
+
+
+@contextmanager
+def _opened(source: UploadSource) -> Iterator[IO[bytes]]:
+    """The body as a seekable binary file at its start (bytes are wrapped without a copy; a path is opened and
+    closed again; a given file is left open)."""
+    if isinstance(source, bytes | bytearray | memoryview):
+        yield io.BytesIO(source)
+    elif isinstance(source, os.PathLike):
+        with open(source, "rb") as handle:
+            yield handle
+    else:
+        source.seek(0)
+        yield source
+
+
+def _size(handle: IO[bytes]) -> int:
+    size = handle.seek(0, io.SEEK_END)
+    handle.seek(0)
+    return size
+
+
 def parse_dataset_upload(
-    data: bytes,
+    data: UploadSource,
     media_type: str,
     *,
     max_rows: int,
@@ -86,28 +119,39 @@ def parse_dataset_upload(
     name: str = "upload",
     max_bytes: int | None = None,
 ) -> Dataset:
-    """Parse an uploaded body into a validated Dataset (formats and caps in the module docstring).
+    """Parse an uploaded body (bytes, a path or a seekable binary file: `UploadSource`) into a validated Dataset
+    (formats and caps in the module docstring).
 
     `target_column` and `header` apply to CSV only; `max_bytes` None means no memory cap.
     """
     if max_rows < 1 or max_cols < 1:
         raise ValueError("max_rows and max_cols must be at least 1")
     kind = media_type.split(";", 1)[0].strip().lower()
-    if not data:
-        raise ValueError("the upload is empty")
-    if kind in JSON_MEDIA_TYPES:
-        arrays = _parse_json(data, max_rows=max_rows, max_cols=max_cols, max_bytes=max_bytes)
-    elif kind in NPZ_MEDIA_TYPES:
-        arrays = _read_npz(data, allowed=ARRAY_KEYS, max_rows=max_rows, max_cols=max_cols, max_bytes=max_bytes)
-    elif kind in CSV_MEDIA_TYPES:
-        arrays = _parse_csv(data, max_rows=max_rows, max_cols=max_cols, target_column=target_column,
-                            header=header, max_bytes=max_bytes)
-    else:
-        supported = sorted(JSON_MEDIA_TYPES | NPZ_MEDIA_TYPES | CSV_MEDIA_TYPES)
-        raise UnsupportedMediaType(f"unsupported media type {kind!r}; use one of {', '.join(supported)}")
+    with _opened(data) as handle:
+        if not _size(handle):
+            raise ValueError("the upload is empty")
+        if kind in JSON_MEDIA_TYPES:
+            arrays = _parse_json(handle, max_rows=max_rows, max_cols=max_cols, max_bytes=max_bytes)
+        elif kind in NPZ_MEDIA_TYPES:
+            arrays = _read_npz(handle, allowed=ARRAY_KEYS, max_rows=max_rows, max_cols=max_cols,
+                               max_bytes=max_bytes)
+        elif kind in CSV_MEDIA_TYPES:
+            arrays = _parse_csv(handle, max_rows=max_rows, max_cols=max_cols, target_column=target_column,
+                                header=header, max_bytes=max_bytes)
+        else:
+            supported = sorted(JSON_MEDIA_TYPES | NPZ_MEDIA_TYPES | CSV_MEDIA_TYPES)
+            raise UnsupportedMediaType(f"unsupported media type {kind!r}; use one of {', '.join(supported)}")
     if "X" not in arrays:
         raise ValueError("the upload has no 'X' (the feature matrix is required)")
     return Dataset(name=name, **arrays)
+
+
+def csv_separators(chunk: bytes) -> int:
+    """Separators (commas, line feeds, carriage returns) in a piece of a CSV body. Summed over the body, plus one,
+    they bound the fields it holds from above (every field but the last ends at one; quoted ones only add to
+    the count), so the values its parsed arrays can hold. Counted while a body is received, this sizes its parse
+    before it starts (app/api/decode_budget.py)."""
+    return chunk.count(b",") + chunk.count(b"\n") + chunk.count(b"\r")
 
 
 # ----------------------------------------------------------------------------------------------- JSON
@@ -158,15 +202,23 @@ def _json_number_bound(data: bytes) -> int:
     return count
 
 
-def _parse_json(data: bytes, *, max_rows: int, max_cols: int, max_bytes: int | None) -> dict[str, np.ndarray]:
+def _json_text(handle: IO[bytes], max_bytes: int | None) -> str:
+    """The JSON body as text, its bytes dropped once decoded (they are never held beside the Python objects)."""
+    data = handle.read()
     # Over the cap before anything is decoded: json.loads holds every value as a Python object (~4 times the
     # 8 bytes counted), so a body far over the cap must not get that far.
     if max_bytes is not None and (bound := _json_number_bound(data) * VALUE_BYTES) > max_bytes:
         raise _too_large("the data set", bound, max_bytes)
     try:
-        document = json.loads(data.decode("utf-8-sig"), parse_constant=_reject_constant)
+        return data.decode("utf-8-sig")
     except UnicodeDecodeError:
         raise ValueError("the JSON body is not valid UTF-8") from None
+
+
+def _parse_json(handle: IO[bytes], *, max_rows: int, max_cols: int, max_bytes: int | None
+                ) -> dict[str, np.ndarray]:
+    try:
+        document = json.loads(_json_text(handle, max_bytes), parse_constant=_reject_constant)
     except RecursionError:
         raise ValueError("the JSON is nested too deeply") from None
     except json.JSONDecodeError as exc:
@@ -344,9 +396,13 @@ _MALFORMED = (ValueError, zipfile.BadZipFile, zlib.error, lzma.LZMAError, OSErro
 NotImplementedError; a header numpy cannot parse: ValueError or SyntaxError)."""
 
 
-def _central_directory_size(data: bytes) -> int | None:
+def _central_directory_size(handle: IO[bytes]) -> int | None:
     """The size the zip declares for its central directory (zip64 too), or None when no end record is found
-    (zipfile then rejects the file)."""
+    (zipfile then rejects the file). Only the file's tail is read: the end record (22 bytes and a comment of at
+    most 0xFFFF), the zip64 locator (20) and the zip64 end record (56) before it."""
+    size = _size(handle)
+    handle.seek(max(0, size - 22 - 0xFFFF - 20 - 56))
+    data = handle.read()
     end = data.rfind(b"PK\x05\x06", max(0, len(data) - 22 - 0xFFFF))
     if end < 0 or end + 22 > len(data):
         return None
@@ -359,18 +415,20 @@ def _central_directory_size(data: bytes) -> int | None:
     return size
 
 
-def _read_npz(data: bytes, *, allowed: tuple[str, ...], max_rows: int | None,
+def _read_npz(handle: IO[bytes], *, allowed: tuple[str, ...], max_rows: int | None,
               max_cols: int | None, max_bytes: int | None = None) -> dict[str, np.ndarray]:
-    """Members of an .npz archive, each header checked (dtype, shape, then bytes against `max_bytes`) before
-    its data is read, and its data read through a counter that stops where the header says it ends."""
-    if not data.startswith(b"PK"):
+    """Members of an .npz archive (a seekable binary file), each header checked (dtype, shape, then bytes against
+    `max_bytes`) before its data is read, and its data read through a counter that stops where the header says
+    it ends."""
+    handle.seek(0)
+    if handle.read(2) != b"PK":
         raise ValueError("not an .npz file (expected a zip archive of .npy arrays)")
-    directory = _central_directory_size(data)
+    directory = _central_directory_size(handle)
     if directory is not None and directory > MAX_ZIP_DIRECTORY_BYTES:
         raise ValueError(f"the .npz's zip directory declares {directory:,} bytes; an .npz of at most "
                          f"{len(allowed)} arrays needs far less")
     try:
-        archive = zipfile.ZipFile(io.BytesIO(data))
+        archive = zipfile.ZipFile(handle)
     except _MALFORMED:
         raise ValueError("the .npz file is not a valid zip archive") from None
     with archive:
@@ -428,13 +486,36 @@ def _guarded(read: Any, what: str) -> Any:
 # ------------------------------------------------------------------------------------------------ CSV
 
 
-def _parse_csv(data: bytes, *, max_rows: int, max_cols: int, target_column: int | str | None,
-               header: bool | None, max_bytes: int | None = None) -> dict[str, np.ndarray]:
+def _check_utf8(handle: IO[bytes]) -> None:
+    """ValueError unless the whole file is UTF-8, read a chunk at a time (before any line is parsed, so a file
+    that is not UTF-8 is told so whatever else is wrong in it)."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    handle.seek(0)
     try:
-        text = data.decode("utf-8-sig")
+        while chunk := handle.read(_READ_CHUNK):
+            decoder.decode(chunk)
+        decoder.decode(b"", final=True)
     except UnicodeDecodeError:
         raise ValueError("the CSV is not valid UTF-8") from None
-    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
+    handle.seek(0)
+
+
+def _parse_csv(handle: IO[bytes], *, max_rows: int, max_cols: int, target_column: int | str | None,
+               header: bool | None, max_bytes: int | None = None) -> dict[str, np.ndarray]:
+    _check_utf8(handle)
+    text = io.TextIOWrapper(handle, encoding="utf-8-sig", newline="")  # decodes a chunk at a time
+    try:
+        return _parse_csv_lines(text, max_rows=max_rows, max_cols=max_cols, target_column=target_column,
+                                header=header, max_bytes=max_bytes)
+    except UnicodeDecodeError:  # checked above; only a file changed under us gets here
+        raise ValueError("the CSV is not valid UTF-8") from None
+    finally:
+        text.detach()  # the caller's file stays open
+
+
+def _parse_csv_lines(text: IO[str], *, max_rows: int, max_cols: int, target_column: int | str | None,
+                     header: bool | None, max_bytes: int | None) -> dict[str, np.ndarray]:
+    reader = csv.reader(text, strict=True)
     # Values are converted line by line into compact buffers (8 bytes each), never kept as strings.
     features, y_float, y_int = value_buffer("d"), value_buffer("d"), value_buffer("q")
     y_integers = True
@@ -535,17 +616,25 @@ def dataset_to_npz(dataset: Dataset) -> bytes:
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         for key, array in members.items():
-            payload = io.BytesIO()
-            np.lib.format.write_array(payload, np.ascontiguousarray(array), version=(1, 0), allow_pickle=False)
+            array = np.ascontiguousarray(array)
+            header = io.BytesIO()
+            np.lib.format.write_array_header_1_0(header, np.lib.format.header_data_from_array_1_0(array))
             info = zipfile.ZipInfo(f"{key}.npy", date_time=_FIXED_ZIP_TIME)
             info.compress_type = zipfile.ZIP_DEFLATED
-            archive.writestr(info, payload.getvalue())
+            info.file_size = header.tell() + array.nbytes  # as writestr sets it (zip64 or not), same bytes
+            # The .npy bytes np.save writes, compressed as they are written a chunk at a time: no uncompressed
+            # copy of the array is made (np.lib.format.write_array would copy 16 MiB chunks twice over).
+            data = memoryview(array.reshape(-1).view(np.uint8))
+            with archive.open(info, "w") as member:
+                member.write(header.getvalue())
+                for start in range(0, len(data), _READ_CHUNK):
+                    member.write(data[start:start + _READ_CHUNK])
     return buffer.getvalue()
 
 
 def dataset_from_npz(data: bytes) -> Dataset:
     """Inverse of `dataset_to_npz` (bit-exact arrays; read with allow_pickle=False and re-validated)."""
-    arrays = _read_npz(data, allowed=(*ARRAY_KEYS, "name"), max_rows=None, max_cols=None)
+    arrays = _read_npz(io.BytesIO(data), allowed=(*ARRAY_KEYS, "name"), max_rows=None, max_cols=None)
     name_bytes = arrays.pop("name", np.zeros(0, dtype=np.uint8))
     try:
         name = name_bytes.tobytes().decode("utf-8")

@@ -94,7 +94,7 @@ def test_concurrent_uploads_share_one_decoding_budget(make_client) -> None:
     from app.api.decode_budget import DecodeBudget
 
     budget = DecodeBudget(100)
-    assert DecodeBudget.cost(10, "text/csv", 1000) == 100 and DecodeBudget.cost(10, "application/x-npz", 1000) == 2000
+    assert DecodeBudget.cost(10, "text/csv", 1000, fields=4) == 96 and DecodeBudget.cost(10, "application/x-npz", 1000) == 2000
     with budget.reserve(60):
         with pytest.raises(Problem) as refused, budget.reserve(60):
             pass
