@@ -8,7 +8,9 @@ worker processes (tests.support.stack):
      httpx.AsyncClient, one connection per in-flight request): `--rates` job polls/s (GET /v1/jobs/{id} of
      the running job) and `/sample` calls/s (n = 1,000, `.npy`) for `--duration` seconds;
   3. step-up search: the same mix scaled by 0.1 … 3×, `--step-seconds` each, up to the first step whose p99
-     is ≥ 250 ms or that has an error: the highest passing rate is reported.
+     is ≥ 250 ms or that has an error: the highest passing rate is reported;
+  4. overload (issue 43): the same mix at 2× and 4× the main rates (`--overload`), `--overload-seconds` each.
+     Goal: every answer within 1 s, p99 of the accepted ones < 250 ms, every refusal a 503 with Retry-After.
 Latency is measured from each request's scheduled send time to its answer (open loop: a client that falls
 behind its schedule counts against the service, no coordinated omission). The client's own CPU use (psutil)
 and the machine's load average are recorded: on a shared 2-core machine the client competes with the API.
@@ -68,6 +70,7 @@ class Outcome:
     latency_s: float
     status: int  # 0: no answer (timeout, connection error)
     sent_at_s: float = 0.0  # scheduled send time, seconds after the run's start
+    retry_after: bool = False  # the answer carried a Retry-After header
 
 
 def loadavg() -> list[float]:
@@ -94,10 +97,10 @@ async def drive(base_url: str, rates: dict[str, float], duration: float, targets
             else:
                 response = await client.post(targets["sample"], json={"n": SAMPLE_N, "seed": seq},
                                              headers={"Accept": "application/x-npy"})
-            status = response.status_code
+            status, retry_after = response.status_code, "retry-after" in response.headers
         except httpx.HTTPError:
-            status = 0
-        outcomes.append(Outcome(route, loop.time() - scheduled, status, scheduled - start))
+            status, retry_after = 0, False
+        outcomes.append(Outcome(route, loop.time() - scheduled, status, scheduled - start, retry_after))
 
     async def schedule(route: str, rate: float, start: float, tasks: list[asyncio.Task]) -> None:
         for seq in range(int(rate * duration)):
@@ -136,6 +139,10 @@ async def drive(base_url: str, rates: dict[str, float], duration: float, targets
         routes[route] = {"rate_per_s": rates[route], "sent": len(mine) + cut, "ok": int(latencies.size), "errors": errors,
                          **{f"p{q}_ms": percentile_ms(latencies, q) for q in (50, 95, 99, 100)}}
         routes[route]["max_ms"] = routes[route].pop("p100_ms")
+        answered = np.array([o.latency_s for o in mine if o.status != 0])
+        routes[route]["answer_max_ms"] = percentile_ms(answered, 100)  # accepted or refused
+        routes[route]["refused_503"] = sum(o.status == 503 for o in mine)
+        routes[route]["refused_without_retry_after"] = sum(o.status == 503 and not o.retry_after for o in mine)
     return {"routes": routes, "windows": windows(outcomes, rates, duration), "wall_s": round(wall, 1),
             "client_cpu_s": round(client_cpu, 1), "client_cores": round(client_cpu / wall, 2)}
 
@@ -162,6 +169,23 @@ def passes(result: dict[str, Any]) -> bool:
                for r in result["routes"].values())
 
 
+#: Overload goals (issue 43): a refusal or an answer within this, the accepted ones' p99 under P99_GOAL_S.
+ANSWER_GOAL_S = 1.0
+
+
+def overload_passes(result: dict[str, Any]) -> bool:
+    """Every request answered within ANSWER_GOAL_S, accepted p99 < P99_GOAL_S, refusals only 503 + Retry-After."""
+    for r in result["routes"].values():
+        other = {k: v for k, v in r["errors"].items() if k != "503"}
+        if other or r["refused_without_retry_after"]:
+            return False
+        if r["answer_max_ms"] is None or r["answer_max_ms"] >= ANSWER_GOAL_S * 1e3:
+            return False
+        if r["p99_ms"] is not None and r["p99_ms"] >= P99_GOAL_S * 1e3:
+            return False
+    return True
+
+
 def process_cpu(pid: int) -> float:
     try:
         proc = psutil.Process(pid)
@@ -172,7 +196,7 @@ def process_cpu(pid: int) -> float:
 
 
 def run_shape(shape: str, root: Path, rates: dict[str, float], duration: float, step_seconds: float,
-              lifecycle: str = "production") -> dict:
+              lifecycle: str = "production", overload: tuple[float, ...] = (), overload_seconds: float = 20.0) -> dict:
     # By default the service's own lifecycle timers, not the tests' accelerated ones (heartbeats, reaper passes
     # and progress writes 2.5-10x as often add database writes a deployment would not see).
     timers = {} if lifecycle == "test" else {
@@ -215,9 +239,19 @@ def run_shape(shape: str, root: Path, rates: dict[str, float], duration: float, 
                 break
         passing = [s for s in steps if s["passes"]]
         best = max(passing, key=lambda s: s["factor"]) if passing else None
+        overloads = []
+        for factor in overload:
+            step_rates = {route: rate * factor for route, rate in rates.items()}
+            load_at_start = loadavg()
+            result = asyncio.run(drive(stack.base_url, step_rates, overload_seconds, targets))
+            result["factor"], result["passes"] = factor, overload_passes(result)
+            result["loadavg_before"], result["loadavg_after"] = load_at_start, loadavg()
+            overloads.append(result)
+            print(f"[{shape}] overload ×{factor:g}: passes={result['passes']} {json.dumps(result['routes'])}",
+                  flush=True)
         stack.client.post(f"/v1/jobs/{running}/cancel")
         training = stack.job(running)
-        return {"shape": shape, "main": main, "search": steps,
+        return {"shape": shape, "main": main, "search": steps, "overload": overloads,
                 "highest_passing": None if best is None else {
                     "factor": best["factor"], "rates_per_s": {r: v["rate_per_s"] for r, v in best["routes"].items()}},
                 "training_job": {"status_at_end": training["status"], "step": training["progress"]["step"]}}
@@ -275,6 +309,22 @@ def report(results: dict[str, Any]) -> str:
                  f"×{best['factor']:g} = {best['rates_per_s']['poll']:g} polls/s + "
                  f"{best['rates_per_s']['sample']:g} samples/s")
         lines.append(f"- {shape['shape']}: {found} (steps: {tried}).")
+    if any(shape.get("overload") for shape in results["shapes"]):
+        lines += ["", f"Overload (issue 43): the same mix at a multiple of the main rates, "
+                  f"{results.get('overload_seconds', 20):g} s each, after the search. Goal: every answer (accepted or "
+                  f"refused) within {ANSWER_GOAL_S:g} s, p99 of the accepted ones < {P99_GOAL_S * 1e3:.0f} ms, every "
+                  "refusal a 503 with Retry-After.", "",
+                  "| shape | × | route | sent | accepted | 503 (without Retry-After) | other errors | accepted p99 "
+                  "| slowest answer | load avg before | goal met |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for shape in results["shapes"]:
+            for run in shape.get("overload", []):
+                for route, r in run["routes"].items():
+                    other = ", ".join(f"{k}: {v}" for k, v in r["errors"].items() if k != "503") or "0"
+                    lines.append(
+                        f"| {shape['shape']} | {run['factor']:g} | {route} | {r['sent']} | {r['ok']} "
+                        f"| {r['refused_503']} ({r['refused_without_retry_after']}) | {other} | {fmt(r['p99_ms'])} "
+                        f"| {fmt(r['answer_max_ms'])} | {run['loadavg_before'][0]:.2f} "
+                        f"| {'yes' if run['passes'] else 'no'} |")
     lines += ["", "What the client itself costs (psutil, CPU seconds of the load generator ÷ wall seconds) and "
               "what the API process used meanwhile:", ""]
     for shape in results["shapes"]:
@@ -292,8 +342,11 @@ def main() -> None:
     parser.add_argument("--step-seconds", type=float, default=10.0, help="seconds of each search step")
     parser.add_argument("--lifecycle", choices=["production", "test"], default="production",
                         help="the service's lifecycle timers, or the test suite's accelerated ones (FAST_LIFECYCLE)")
+    parser.add_argument("--overload", default="2,4", help="multiples of --rates for the overload runs ('' for none)")
+    parser.add_argument("--overload-seconds", type=float, default=20.0)
     parser.add_argument("--quick", action="store_true", help="write neither results nor docs")
     args = parser.parse_args()
+    overload = tuple(float(v) for v in args.overload.split(",") if v.strip())
     poll_rate, sample_rate = (float(v) for v in args.rates.split(","))
     rates = {"poll": poll_rate, "sample": sample_rate}
     argv = "".join(f" {a}" for a in sys.argv[1:])
@@ -301,12 +354,12 @@ def main() -> None:
         "run_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "args": argv,
         "machine": f"{cpu_model()}, {os.cpu_count()} logical cores, Python {platform.python_version()}",
         "rates_per_s": rates, "duration_s": args.duration, "lifecycle": args.lifecycle,
-        "step_seconds": args.step_seconds,
+        "step_seconds": args.step_seconds, "overload_seconds": args.overload_seconds,
         "p99_goal_ms": P99_GOAL_S * 1e3, "loadavg_start": loadavg(), "shapes": []}
     with tempfile.TemporaryDirectory(prefix="parvis-load-") as tmp:
         for shape in args.shapes.split(","):
             results["shapes"].append(run_shape(shape.strip(), Path(tmp), rates, args.duration, args.step_seconds,
-                                                args.lifecycle))
+                                                args.lifecycle, overload, args.overload_seconds))
     results["loadavg_end"] = loadavg()
     body = report(results)
     print(body)
