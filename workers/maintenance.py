@@ -53,6 +53,7 @@ class Maintenance(threading.Thread):
         tick = min(self.settings.heartbeat_seconds, self.settings.reaper_interval_seconds)
         last_reap = 0.0
         elapsed = 0.0
+        failing_since: float | None = None  # one warning per outage, not one traceback a pass
         while True:
             try:
                 self.announce()
@@ -60,8 +61,15 @@ class Maintenance(threading.Thread):
                     self.reap()
                     last_reap = elapsed or 1e-9
                 self.sweep()
+                if failing_since is not None:
+                    logger.info("maintenance passes work again after %.1f s", elapsed - failing_since)
+                    failing_since = None
             except Exception:  # noqa: BLE001 - keep maintaining through DB/broker blips
-                logger.warning("maintenance pass failed", exc_info=True)
+                if failing_since is None:
+                    logger.warning("maintenance pass failed (quiet until one works again)", exc_info=True)
+                    failing_since = elapsed
+                else:
+                    logger.debug("maintenance pass failed again", exc_info=True)
             if self.stopped.wait(tick):
                 break
             elapsed += tick

@@ -4,11 +4,15 @@
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
+import pwd
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -65,10 +69,96 @@ class PostgresDatabase:
             conn.execute(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
 
 
-class Stack:
-    """One deployment under test: its environment, API process, worker processes and an HTTP client."""
+class PrivatePostgres:
+    """A PostgreSQL server of a test's own, for tests that stop and start the server (the machine's shared one on
+    127.0.0.1:5432 serves other tests at the same time): `initdb` in a temporary directory, trust authentication,
+    listening on 127.0.0.1 on a free port with its unix socket in that directory. initdb refuses to run as root,
+    so as root the server runs as the `postgres` OS user, which owns the directory. `remove()` stops it and
+    deletes the directory, whatever state it is in."""
 
-    def __init__(self, mode: str, data_dir: Path, extra_env: dict[str, str] | None = None):
+    OS_USER = "postgres"
+
+    @staticmethod
+    def bin_dir() -> Path | None:
+        for candidate in [os.path.dirname(shutil.which("pg_ctl") or ""),
+                          *sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True)]:
+            if candidate and all(os.access(Path(candidate) / name, os.X_OK) for name in ("initdb", "pg_ctl")):
+                return Path(candidate)
+        return None
+
+    @classmethod
+    def unavailable(cls) -> str | None:
+        """Why a private server cannot be run here (a reason to skip), or None."""
+        if cls.bin_dir() is None:
+            return "initdb/pg_ctl not found (PATH, /usr/lib/postgresql/*/bin)"
+        if os.geteuid() == 0:
+            try:
+                pwd.getpwnam(cls.OS_USER)
+            except KeyError:
+                return f"running as root and there is no {cls.OS_USER!r} OS user to run initdb as"
+            if shutil.which("runuser") is None:
+                return "running as root and runuser is not available"
+        return None
+
+    def __init__(self) -> None:
+        reason = self.unavailable()
+        if reason is not None:
+            raise RuntimeError(reason)
+        self.bin = self.bin_dir()
+        self.root = Path(tempfile.mkdtemp(prefix="parvis-pg-"))  # short: the socket path has a length limit
+        self.as_user: list[str] = []
+        if os.geteuid() == 0:
+            user = pwd.getpwnam(self.OS_USER)
+            os.chown(self.root, user.pw_uid, user.pw_gid)
+            self.as_user = ["runuser", "-u", self.OS_USER, "--"]
+        self.data = self.root / "data"
+        self.log = self.root / "server.log"
+        self.port = free_port()
+        self.admin_url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+        try:
+            self._pg("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync",
+                     "--no-instructions")
+        except BaseException:
+            shutil.rmtree(self.root, ignore_errors=True)
+            raise
+
+    def _pg(self, tool: str, *args: str) -> None:
+        done = subprocess.run([*self.as_user, str(self.bin / tool), *args], capture_output=True, text=True,
+                              timeout=120, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"{tool} {' '.join(args)} failed ({done.returncode}): {done.stdout}{done.stderr}")
+
+    def start(self) -> None:
+        """Start the server (again: same data directory and port) and wait until it accepts connections."""
+        options = f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.root}"
+        self._pg("pg_ctl", "start", "-w", "-t", "60", "-D", str(self.data), "-l", str(self.log), "-o", options)
+
+    def stop(self, mode: str = "immediate") -> None:
+        """`pg_ctl stop -m mode`: "immediate" quits at once, as a crash would (every connection cut, crash recovery
+        at the next start); "fast" rolls back open transactions and shuts down cleanly."""
+        self._pg("pg_ctl", "stop", "-w", "-m", mode, "-D", str(self.data))
+
+    def create_database(self, name: str) -> str:
+        """A new database on the server: its SQLAlchemy URL."""
+        import psycopg
+
+        with psycopg.connect(self.admin_url, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{name}"
+
+    def remove(self) -> None:
+        if (self.data / "postmaster.pid").exists():
+            with contextlib.suppress(Exception):
+                self.stop("immediate")
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+class Stack:
+    """One deployment under test: its environment, API process, worker processes and an HTTP client. Cluster mode
+    makes a fresh database on the machine's PostgreSQL, or uses `database_url` (kept at `stop()`)."""
+
+    def __init__(self, mode: str, data_dir: Path, extra_env: dict[str, str] | None = None,
+                 database_url: str | None = None):
         self.mode = mode
         self.data_dir = data_dir
         self.database: PostgresDatabase | None = None
@@ -77,8 +167,10 @@ class Stack:
         env["PARVIS_DATA_DIR"] = str(data_dir)
         env["PYTHONUNBUFFERED"] = "1"
         if mode == "cluster":
-            self.database = PostgresDatabase()
-            env["PARVIS_DATABASE_URL"] = self.database.url
+            if database_url is None:
+                self.database = PostgresDatabase()
+                database_url = self.database.url
+            env["PARVIS_DATABASE_URL"] = database_url
             env["PARVIS_BROKER_URL"] = REDIS_URL
             env["PARVIS_QUEUE"] = f"test-{uuid.uuid4().hex[:10]}"  # isolates this session's messages
         elif mode != "embedded":
