@@ -110,9 +110,19 @@ async def drive(base_url: str, rates: dict[str, float], duration: float, targets
                 await asyncio.sleep(delay)
             tasks.append(asyncio.create_task(one(route, when, seq)))
 
+    lags: list[float] = []
+
+    async def watch_client_lag() -> None:
+        """The client's own event-loop lag: how late it sends what it scheduled (its share of the latencies)."""
+        while True:
+            began = loop.time()
+            await asyncio.sleep(0.02)
+            lags.append(loop.time() - began - 0.02)
+
     cpu_before, wall_before = me.cpu_times(), time.monotonic()
     start = loop.time() + 0.05
     tasks: list[asyncio.Task] = []
+    watcher = asyncio.create_task(watch_client_lag())
     try:
         await asyncio.gather(*(schedule(route, rate, start, tasks) for route, rate in rates.items() if rate > 0))
         # Bounded: what has no answer by then is counted as such.
@@ -121,6 +131,7 @@ async def drive(base_url: str, rates: dict[str, float], duration: float, targets
             task.cancel()
         unanswered = len(pending)
     finally:
+        watcher.cancel()
         for client in clients:
             await client.aclose()
     cpu_after, wall = me.cpu_times(), time.monotonic() - wall_before
@@ -144,6 +155,7 @@ async def drive(base_url: str, rates: dict[str, float], duration: float, targets
         routes[route]["refused_503"] = sum(o.status == 503 for o in mine)
         routes[route]["refused_without_retry_after"] = sum(o.status == 503 and not o.retry_after for o in mine)
     return {"routes": routes, "windows": windows(outcomes, rates, duration), "wall_s": round(wall, 1),
+            "client_lag_p99_ms": percentile_ms(np.array(lags), 99), "client_lag_max_ms": percentile_ms(np.array(lags), 100),
             "client_cpu_s": round(client_cpu, 1), "client_cores": round(client_cpu / wall, 2)}
 
 
@@ -247,8 +259,9 @@ def run_shape(shape: str, root: Path, rates: dict[str, float], duration: float, 
             result["factor"], result["passes"] = factor, overload_passes(result)
             result["loadavg_before"], result["loadavg_after"] = load_at_start, loadavg()
             overloads.append(result)
-            print(f"[{shape}] overload ×{factor:g}: passes={result['passes']} {json.dumps(result['routes'])}",
-                  flush=True)
+            print(f"[{shape}] overload ×{factor:g}: passes={result['passes']} {json.dumps(result['routes'])} "
+                  f"client loop lag p99/max {result['client_lag_p99_ms']}/{result['client_lag_max_ms']} ms, "
+                  f"client {result['client_cores']} cores", flush=True)
         stack.client.post(f"/v1/jobs/{running}/cancel")
         training = stack.job(running)
         return {"shape": shape, "main": main, "search": steps, "overload": overloads,

@@ -83,9 +83,11 @@ class Settings(BaseSettings):
     # `max_evaluation_values` (413 limit_exceeded up front; 2³² is a few seconds of one core).
     request_memory_bytes: int = Field(default=256 * 1024 * 1024, ge=1024 * 1024)
     # Overload is shed, not queued (503 `overloaded` + Retry-After at once): requests in flight per API process
-    # (probes and event streams not counted), calls waiting for a compute-pool thread (0: 16 × the pool's
-    # threads), and the seconds a request may wait for one of the database pool's connections.
+    # (probes and event streams not counted), how far behind its event loop may run (seconds; 0: no bound),
+    # calls waiting for a compute-pool thread (0: 16 × the pool's threads), and the seconds a request may wait
+    # for one of the database pool's connections.
     max_in_flight_requests: int = Field(default=256, ge=1)
+    max_loop_lag_seconds: float = Field(default=0.2, ge=0)
     compute_queue_limit: int = Field(default=0, ge=0)
     db_wait_seconds: float = Field(default=5.0, gt=0)
     max_evaluation_values: int = Field(default=2**32, ge=1)

@@ -9,11 +9,13 @@ stalls or trickles gets 408 instead of holding the connection.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable
 from http import HTTPStatus
 
@@ -143,23 +145,49 @@ OVERLOAD_RETRY_AFTER_S = 1
 
 
 class InFlightLimitMiddleware:
-    """503 `overloaded` + Retry-After at once when this process already holds `limit` requests: past that bound a
-    slow or busy machine answers with quick refusals instead of queueing requests for tens of seconds. Probes
-    (`/v1/health/`, `/metrics`) and event streams (long-lived, capped per tenant on their own) are not counted."""
+    """503 `overloaded` + Retry-After at once when this process already holds `limit` requests, or when its event
+    loop runs more than `max_loop_lag` seconds behind: past those bounds a slow or busy machine answers with quick
+    refusals instead of queueing requests for tens of seconds. The loop's lag is where a saturated process
+    queues work that no counter sees: requests accepted and parsed but waiting for the loop (an overload run at
+    2x the target rate on 2 shared cores waited a median 14 s there with 256 requests in flight allowed, see
+    docs/benchmarks.md). Probes (`/v1/health/`, `/metrics`) and event streams (long-lived, capped per tenant on
+    their own) are not counted."""
 
-    def __init__(self, app: ASGIApp, limit: int):
+    LAG_SAMPLE_S = 0.02
+    LAG_SAMPLES = 3  # shed on a lag that lasts (the least of the last three), not on one pause such as a GIL-holding import
+
+    def __init__(self, app: ASGIApp, limit: int, max_loop_lag: float = 0.0):
         self.app = app
         self.limit = max(1, limit)
+        self.max_loop_lag = max_loop_lag
         self.in_flight = 0
+        self.loop_lag = 0.0  # the least of the last LAG_SAMPLES measurements
+        self._lags: deque[float] = deque(maxlen=self.LAG_SAMPLES)
+        self._watcher: asyncio.Task | None = None
+
+    async def _watch_loop_lag(self) -> None:
+        """How late a short sleep wakes: the time a callback queued now waits for the loop."""
+        loop = asyncio.get_running_loop()
+        while True:
+            started = loop.time()
+            await asyncio.sleep(self.LAG_SAMPLE_S)
+            self._lags.append(max(0.0, loop.time() - started - self.LAG_SAMPLE_S))
+            self.loop_lag = min(self._lags) if len(self._lags) == self.LAG_SAMPLES else 0.0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
         if scope["type"] != "http" or path.startswith(("/v1/health/", "/metrics")) or path.endswith("/events"):
             await self.app(scope, receive, send)
             return
+        if self.max_loop_lag > 0 and (self._watcher is None or self._watcher.done()):
+            self._watcher = asyncio.get_running_loop().create_task(self._watch_loop_lag())
+        why = None
         if self.in_flight >= self.limit:
-            await send_problem(scope, send, 503, "overloaded", f"this API process is at its limit of {self.limit} "
-                               "requests in flight; retry shortly",
+            why = f"this API process is at its limit of {self.limit} requests in flight"
+        elif self.max_loop_lag > 0 and self.loop_lag > self.max_loop_lag:
+            why = f"this API process is {self.loop_lag * 1e3:.0f} ms behind its work"
+        if why is not None:
+            await send_problem(scope, send, 503, "overloaded", f"{why}; retry shortly",
                                [(b"retry-after", str(OVERLOAD_RETRY_AFTER_S).encode())])
             return
         self.in_flight += 1  # one event loop per process: no lock needed

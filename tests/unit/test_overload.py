@@ -78,6 +78,41 @@ def test_requests_past_the_in_flight_limit_are_refused_at_once() -> None:
     asyncio.run(scenario())
 
 
+def test_requests_are_shed_while_the_event_loop_runs_behind() -> None:
+    async def hog(request):  # noqa: ANN001, ANN202 - holds the loop the way a saturated process does
+        time.sleep(float(request.query_params["s"]))
+        return PlainTextResponse("hogged")
+
+    async def quick(request):  # noqa: ANN001, ANN202
+        return PlainTextResponse("quick")
+
+    app = InFlightLimitMiddleware(Starlette(routes=[Route("/v1/hog", hog), Route("/v1/quick", quick),
+                                                    Route("/v1/health/live", quick)]), limit=100, max_loop_lag=0.1)
+
+    async def scenario() -> None:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            assert (await client.get("/v1/quick")).status_code == 200  # starts the lag watcher
+            await asyncio.sleep(0.1)
+            assert app.loop_lag < 0.1
+            await client.get("/v1/hog", params={"s": 0.5})  # one pause (an import holding the GIL): not shed
+            await asyncio.sleep(0.001)
+            assert (await client.get("/v1/quick")).status_code == 200
+            for _ in range(4):  # a lasting backlog: every sample of the loop comes late
+                await client.get("/v1/hog", params={"s": 0.15})
+                await asyncio.sleep(0.001)
+            assert app.loop_lag > 0.1
+            refused = await client.get("/v1/quick")
+            assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
+            assert "behind" in refused.json()["detail"]
+            assert (await client.get("/v1/health/live")).status_code == 200  # probes are never shed
+            await asyncio.sleep(0.15)  # the loop catches up: work is taken again
+            assert app.loop_lag < 0.1
+            assert (await client.get("/v1/quick")).status_code == 200
+
+    asyncio.run(scenario())
+
+
 def test_a_request_that_cannot_get_a_database_connection_in_time_is_shed(make_client) -> None:
     client, _ = make_client(db_wait_seconds=0.05)
     client.app.state.session_gate = asyncio.Semaphore(0)  # every connection busy
@@ -87,7 +122,8 @@ def test_a_request_that_cannot_get_a_database_connection_in_time_is_shed(make_cl
     assert refused.status_code == 503 and refused.json()["code"] == "overloaded"
     assert refused.headers["retry-after"] == "1"
     client.app.state.session_gate = asyncio.Semaphore(1)
-    assert client.get("/v1/jobs").status_code == 200
+    again = client.get("/v1/jobs")
+    assert again.status_code == 200, again.text
 
 
 def test_concurrent_uploads_share_one_decoding_budget(make_client) -> None:
