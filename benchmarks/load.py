@@ -289,6 +289,7 @@ def report(results: dict[str, Any]) -> str:
         + ("and other work on the machine share its cores." if results["loadavg_start"][0] < 1.5 else
            "and, at this run, other jobs on the machine share its cores (the load average above 1.5 at start "
            "says so): read the numbers as an upper bound."),
+        *([results["note"]] if results.get("note") else []),
         "",
         f"Open loop, started right after the API process starts (cold: torch not imported, generator not "
         f"loaded): {rates['poll']:g} polls/s (`GET /v1/jobs/{{id}}` of the running job) + {rates['sample']:g} "
@@ -328,7 +329,8 @@ def report(results: dict[str, Any]) -> str:
                   f"refused) within {ANSWER_GOAL_S:g} s, p99 of the accepted ones < {P99_GOAL_S * 1e3:.0f} ms, every "
                   "refusal a 503 with Retry-After.", "",
                   "| shape | × | route | sent | accepted | 503 (without Retry-After) | other errors | accepted p99 "
-                  "| slowest answer | load avg before | goal met |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "| slowest answer | client loop lag max | load avg before | goal met |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for shape in results["shapes"]:
             for run in shape.get("overload", []):
                 for route, r in run["routes"].items():
@@ -336,7 +338,8 @@ def report(results: dict[str, Any]) -> str:
                     lines.append(
                         f"| {shape['shape']} | {run['factor']:g} | {route} | {r['sent']} | {r['ok']} "
                         f"| {r['refused_503']} ({r['refused_without_retry_after']}) | {other} | {fmt(r['p99_ms'])} "
-                        f"| {fmt(r['answer_max_ms'])} | {run['loadavg_before'][0]:.2f} "
+                        f"| {fmt(r['answer_max_ms'])} | {fmt(run.get('client_lag_max_ms'))} "
+                        f"| {run['loadavg_before'][0]:.2f} "
                         f"| {'yes' if run['passes'] else 'no'} |")
     lines += ["", "What the client itself costs (psutil, CPU seconds of the load generator ÷ wall seconds) and "
               "what the API process used meanwhile:", ""]
@@ -358,7 +361,11 @@ def main() -> None:
     parser.add_argument("--overload", default="2,4", help="multiples of --rates for the overload runs ('' for none)")
     parser.add_argument("--overload-seconds", type=float, default=20.0)
     parser.add_argument("--quick", action="store_true", help="write neither results nor docs")
+    parser.add_argument("--render", action="store_true", help="only rewrite the docs section from the results file")
     args = parser.parse_args()
+    if args.render:
+        replace_section(ROOT / "docs" / "benchmarks.md", SECTION, report(json.loads(RESULTS.read_text())))
+        return
     overload = tuple(float(v) for v in args.overload.split(",") if v.strip())
     poll_rate, sample_rate = (float(v) for v in args.rates.split(","))
     rates = {"poll": poll_rate, "sample": sample_rate}
