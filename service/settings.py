@@ -88,6 +88,7 @@ class Settings(BaseSettings):
     # for one of the database pool's connections.
     max_in_flight_requests: int = Field(default=256, ge=1)
     max_loop_lag_seconds: float = Field(default=0.2, ge=0)
+    max_queue_wait_seconds: float = Field(default=0.25, ge=0)  # the quickest answer of the last 0.1 s; 0: no bound
     compute_queue_limit: int = Field(default=0, ge=0)
     db_wait_seconds: float = Field(default=5.0, gt=0)
     max_evaluation_values: int = Field(default=2**32, ge=1)

@@ -144,6 +144,9 @@ class BodyLimitMiddleware:
 OVERLOAD_RETRY_AFTER_S = 1
 
 
+UNMEASURED_SUFFIXES = ("/density", "/events")
+
+
 class InFlightLimitMiddleware:
     """503 `overloaded` + Retry-After at once when this process already holds `limit` requests, or when its event
     loop runs more than `max_loop_lag` seconds behind: past those bounds a slow or busy machine answers with quick
@@ -156,11 +159,20 @@ class InFlightLimitMiddleware:
     LAG_SAMPLE_S = 0.02
     LAG_SAMPLES = 3  # shed on a lag that lasts (the least of the last three), not on one pause such as a GIL-holding import
 
-    def __init__(self, app: ASGIApp, limit: int, max_loop_lag: float = 0.0):
+    SOJOURN_WINDOW_S = 0.1
+    ALWAYS_ADMITTED = 8  # requests in flight below which nothing is shed for time (slow routes alone run on)
+
+    def __init__(self, app: ASGIApp, limit: int, max_loop_lag: float = 0.0, max_wait: float = 0.0):
         self.app = app
         self.limit = max(1, limit)
         self.max_loop_lag = max_loop_lag
+        self.max_wait = max_wait
         self.in_flight = 0
+        # CoDel's test for a standing queue: the quickest request of the last window took longer than max_wait to
+        # be answered, so every request waited at least that long somewhere inside the process.
+        self.standing_wait = 0.0
+        self._window_min = float("inf")
+        self._window_end = 0.0
         self.loop_lag = 0.0  # the least of the last LAG_SAMPLES measurements
         self._lags: deque[float] = deque(maxlen=self.LAG_SAMPLES)
         self._watcher: asyncio.Task | None = None
@@ -181,20 +193,43 @@ class InFlightLimitMiddleware:
             return
         if self.max_loop_lag > 0 and (self._watcher is None or self._watcher.done()):
             self._watcher = asyncio.get_running_loop().create_task(self._watch_loop_lag())
+        now = time.monotonic()
+        if now > self._window_end + self.SOJOURN_WINDOW_S:
+            self.standing_wait = 0.0  # nothing answered for a while: no evidence of a queue
         why = None
         if self.in_flight >= self.limit:
             why = f"this API process is at its limit of {self.limit} requests in flight"
         elif self.max_loop_lag > 0 and self.loop_lag > self.max_loop_lag:
             why = f"this API process is {self.loop_lag * 1e3:.0f} ms behind its work"
+        elif self.max_wait > 0 and self.standing_wait > self.max_wait and self.in_flight >= self.ALWAYS_ADMITTED:
+            why = f"requests wait at least {self.standing_wait * 1e3:.0f} ms in this API process"
         if why is not None:
             await send_problem(scope, send, 503, "overloaded", f"{why}; retry shortly",
                                [(b"retry-after", str(OVERLOAD_RETRY_AFTER_S).encode())])
             return
         self.in_flight += 1  # one event loop per process: no lock needed
+        # Only reads that do no computing measure the queue: their time to the first byte is mostly waiting;
+        # a /predict or a density grid is slow by its nature, and shedding on it would refuse a cold burst of them.
+        measured = scope.get("method") == "GET" and not path.endswith(UNMEASURED_SUFFIXES)
+
+        async def timed_send(message: Message) -> None:
+            if measured and message["type"] == "http.response.start":
+                at = time.monotonic()
+                self._record(at, at - now)
+            await send(message)
+
         try:
-            await self.app(scope, receive, send)
+            await self.app(scope, receive, timed_send)
         finally:
             self.in_flight -= 1
+
+    def _record(self, at: float, waited: float) -> None:
+        if at > self._window_end:
+            if self._window_min != float("inf"):
+                self.standing_wait = self._window_min
+            self._window_min, self._window_end = waited, at + self.SOJOURN_WINDOW_S
+        else:
+            self._window_min = min(self._window_min, waited)
 
 
 async def send_problem(scope: Scope, send: Send, status: int, code: str, detail: str,

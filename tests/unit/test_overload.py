@@ -113,6 +113,39 @@ def test_requests_are_shed_while_the_event_loop_runs_behind() -> None:
     asyncio.run(scenario())
 
 
+def test_a_standing_queue_inside_the_process_is_shed_but_a_few_slow_requests_run_on() -> None:
+    async def slow(request):  # noqa: ANN001, ANN202 - every answer takes 0.3 s: a queue, or a slow route
+        await asyncio.sleep(0.3)
+        return PlainTextResponse("slow")
+
+    app = InFlightLimitMiddleware(Starlette(routes=[Route("/v1/slow", slow), Route("/v1/predict", slow,
+                                                                                  methods=["POST"])]),
+                                  limit=100, max_wait=0.2)
+
+    async def scenario() -> None:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            # A few slow requests at a time are never shed for time (below ALWAYS_ADMITTED in flight).
+            for _ in range(2):
+                answers = await asyncio.gather(*(client.get("/v1/slow") for _ in range(3)))
+                assert [a.status_code for a in answers] == [200, 200, 200]
+            assert app.standing_wait > 0.2
+            held = [asyncio.ensure_future(client.get("/v1/slow")) for _ in range(app.ALWAYS_ADMITTED)]
+            await asyncio.sleep(0.05)
+            refused = await client.get("/v1/slow")  # even the quickest answer waited: shed at once
+            assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
+            assert "wait at least" in refused.json()["detail"]
+            assert [a.status_code for a in await asyncio.gather(*held)] == [200] * app.ALWAYS_ADMITTED
+            await asyncio.sleep(2 * app.SOJOURN_WINDOW_S)  # nothing answered since: no evidence of a queue
+            assert (await client.get("/v1/slow")).status_code == 200
+            # Computing routes are slow by nature: a burst of them is never taken for a queue.
+            await asyncio.sleep(2 * app.SOJOURN_WINDOW_S)
+            burst = await asyncio.gather(*(client.post("/v1/predict") for _ in range(3 * app.ALWAYS_ADMITTED)))
+            assert [a.status_code for a in burst] == [200] * (3 * app.ALWAYS_ADMITTED)
+
+    asyncio.run(scenario())
+
+
 def test_a_request_that_cannot_get_a_database_connection_in_time_is_shed(make_client) -> None:
     client, _ = make_client(db_wait_seconds=0.05)
     client.app.state.session_gate = asyncio.Semaphore(0)  # every connection busy
