@@ -24,25 +24,55 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from inference_core.kernels import KernelLike, as_kernel, kernel_grad_sum, kernel_matmul, kernel_solve
+from inference_core.kernels import (
+    RBF,
+    KernelLike,
+    as_kernel,
+    kernel_grad_sum,
+    kernel_matmul,
+    kernel_solve,
+    resolve_backend,
+)
 from inference_core.kernels import svgd_direction as svgd_direction_one_pass
-from inference_core.kernels.common import centre
+from inference_core.kernels.chunked import stein_sums_from_sq
+from inference_core.kernels.common import centre, check_precision, needs_grad
 from inference_core.methods.kernel_sums import cross_kernel_matmul, gradient_weight_kernel
 
 # ------------------------------------------------------------------------------------------------ SVGD
 
 
+def reuses_sq_dists(x: Tensor, kernel_name: str, *, backend: str = "auto", precision: str = "ieee") -> bool:
+    """Whether `svgd_direction` takes a squared-distance matrix its caller already formed (`sq`) for particles
+    like x: an RBF kernel, no autograd, and a call the pairwise dispatcher gives to the `chunked` backend (the
+    CPU default; `dense` stays the direct-difference reference, `triton` its fused kernel)."""
+    if kernel_name != "rbf" or needs_grad(x):
+        return False
+    be = resolve_backend(backend, device=x.device, d=x.shape[1], dtype=x.dtype, grad=False,
+                         precision=check_precision(precision), elements=x.numel())
+    return be == "chunked"
+
+
 def svgd_direction(x: Tensor, score: Tensor, kernel: KernelLike, *, entropy_weight: float = 1.0,
-                   backend: str = "auto", precision: str = "ieee") -> Tensor:
+                   backend: str = "auto", precision: str = "ieee", sq: Tensor | None = None) -> Tensor:
     """SVGD's φ with the expectation over the batch itself (SVGD eq. 8; GPVI eq. 13), [n, d]:
 
         φ(x_i) = (1/n) Σ_j [k(x_j, x_i) s(x_j) + ent · ∇_{x_j} k(x_j, x_i)]      (self term j = i included).
 
     With ent = 1, one kernel pass K·[S, X, 1] (`kernels.svgd_direction`); otherwise two (K·S, then the
     repulsion `kernel_grad_sum`).
+
+    `sq`: the [n, n] squared distances of x centred by its mean, exact 0 on the diagonal, that the bandwidth
+    rule formed (`BandwidthRule.with_sq_dists`); where `reuses_sq_dists` holds (and ent = 1) the kernel is
+    formed from it in place (it is consumed: `kernels.chunked.stein_sums_from_sq`), which saves the distance
+    GEMM; otherwise it is ignored. Same φ to float32 rounding.
     """
     kw = {"backend": backend, "precision": precision}
     if entropy_weight == 1.0:
+        kernel = as_kernel(kernel)
+        if (sq is not None and isinstance(kernel, RBF) and score.shape == x.shape and score.dtype == x.dtype
+                and reuses_sq_dists(x, kernel.name, **kw) and not needs_grad(score, kernel.h)):
+            xc, _ = centre(x)
+            return stein_sums_from_sq(xc, score, kernel, sq, precision) / x.shape[0]
         return svgd_direction_one_pass(x, score, kernel, **kw)
     n = x.shape[0]
     drive = kernel_matmul(x, None, score, kernel, **kw) / n
@@ -194,6 +224,7 @@ __all__ = [
     "gfsf_direction",
     "jacobian_trace",
     "pisgld_direction",
+    "reuses_sq_dists",
     "stein_critic_loss",
     "svgd_direction",
     "svgd_direction_two_batch",

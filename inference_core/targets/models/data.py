@@ -153,7 +153,8 @@ class DataTarget(Target):
         grad_likelihood = self.grad_log_likelihood_sum(x, batch)  # type: ignore[arg-type]
         if grad_prior is None or grad_likelihood is None:
             return super().score(x, batch)
-        return grad_prior + self.likelihood_scale(batch) * grad_likelihood  # type: ignore[arg-type]
+        scale = self.likelihood_scale(batch)  # type: ignore[arg-type]
+        return grad_prior + (grad_likelihood if scale == 1.0 else scale * grad_likelihood)
 
     def log_likelihood(self, x: Tensor, batch: Tensor | None = None) -> Tensor:
         """The scaled estimate (N/B) Σ_{i∈batch} log p(y_i | x_i, θ) of the full-data log-likelihood."""
