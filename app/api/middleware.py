@@ -144,17 +144,17 @@ class BodyLimitMiddleware:
 OVERLOAD_RETRY_AFTER_S = 1
 
 
-UNMEASURED_SUFFIXES = ("/density", "/events")
+UNMEASURED_SUFFIXES = ("/density",)  # computing GETs (event streams are not counted at all)
 
 
 class InFlightLimitMiddleware:
-    """503 `overloaded` + Retry-After at once when this process already holds `limit` requests, or when its event
-    loop runs more than `max_loop_lag` seconds behind: past those bounds a slow or busy machine answers with quick
-    refusals instead of queueing requests for tens of seconds. The loop's lag is where a saturated process
-    queues work that no counter sees: requests accepted and parsed but waiting for the loop (an overload run at
-    2x the target rate on 2 shared cores waited a median 14 s there with 256 requests in flight allowed, see
-    docs/benchmarks.md). Probes (`/v1/health/`, `/metrics`) and event streams (long-lived, capped per tenant on
-    their own) are not counted."""
+    """503 `overloaded` + Retry-After at once when this process already holds `limit` requests, so a slow or busy
+    machine answers with quick refusals instead of queueing requests for tens of seconds. Two time bounds, off
+    when 0 (the default, until tuned so that a cold start's burst is still admitted): the event loop running
+    more than `max_loop_lag` behind, and a standing queue inside the process (`max_wait`, CoDel's test below).
+    Measured at 2x the target rate on 2 shared cores (docs/benchmarks.md): most of the wait was inside the app,
+    behind the admitted requests, not in the loop. Probes (`/v1/health/`, `/metrics`) and event streams
+    (long-lived, capped per tenant on their own) are not counted."""
 
     LAG_SAMPLE_S = 0.02
     LAG_SAMPLES = 3  # shed on a lag that lasts (the least of the last three), not on one pause such as a GIL-holding import
@@ -210,7 +210,7 @@ class InFlightLimitMiddleware:
         self.in_flight += 1  # one event loop per process: no lock needed
         # Only reads that do no computing measure the queue: their time to the first byte is mostly waiting;
         # a /predict or a density grid is slow by its nature, and shedding on it would refuse a cold burst of them.
-        measured = scope.get("method") == "GET" and not path.endswith(UNMEASURED_SUFFIXES)
+        measured = self.max_wait > 0 and scope.get("method") == "GET" and not path.endswith(UNMEASURED_SUFFIXES)
 
         async def timed_send(message: Message) -> None:
             if measured and message["type"] == "http.response.start":
@@ -219,7 +219,7 @@ class InFlightLimitMiddleware:
             await send(message)
 
         try:
-            await self.app(scope, receive, timed_send)
+            await self.app(scope, receive, timed_send if measured else send)
         finally:
             self.in_flight -= 1
 
