@@ -149,18 +149,21 @@ UNMEASURED_SUFFIXES = ("/density",)  # computing GETs (event streams are not cou
 
 class InFlightLimitMiddleware:
     """503 `overloaded` + Retry-After at once when this process already holds `limit` requests, so a slow or busy
-    machine answers with quick refusals instead of queueing requests for tens of seconds. Two time bounds, off
-    when 0 (the default, until tuned so that a cold start's burst is still admitted): the event loop running
-    more than `max_loop_lag` behind, and a standing queue inside the process (`max_wait`, CoDel's test below).
-    Measured at 2x the target rate on 2 shared cores (docs/benchmarks.md): most of the wait was inside the app,
-    behind the admitted requests, not in the loop. Probes (`/v1/health/`, `/metrics`) and event streams
-    (long-lived, capped per tenant on their own) are not counted."""
+    machine answers with quick refusals instead of queueing requests for tens of seconds. Two time bounds (0: off)
+    shed earlier: the event loop running more than `max_loop_lag` behind, and a standing queue inside the process
+    (`max_wait`, CoDel's test below). Both need ALWAYS_ADMITTED requests in flight (a slow machine serving a few
+    requests is not overloaded) and are armed only ARM_AFTER_WARM_S after the compute pool's warm-up (torch's
+    import): a cold start's burst, admitted while the import holds the GIL, is served, not shed. Measured at 2x
+    the target rate on 2 shared cores (docs/benchmarks.md): most of the wait was inside the app, behind the
+    admitted requests, not in the loop. Probes (`/v1/health/`, `/metrics`) and event streams (long-lived, capped
+    per tenant on their own) are not counted."""
 
     LAG_SAMPLE_S = 0.02
     LAG_SAMPLES = 3  # shed on a lag that lasts (the least of the last three), not on one pause such as a GIL-holding import
 
     SOJOURN_WINDOW_S = 0.1
     ALWAYS_ADMITTED = 8  # requests in flight below which nothing is shed for time (slow routes alone run on)
+    ARM_AFTER_WARM_S = 2.0  # the backlog a cold start admitted drains before its wait counts as a standing queue
 
     def __init__(self, app: ASGIApp, limit: int, max_loop_lag: float = 0.0, max_wait: float = 0.0):
         self.app = app
@@ -176,6 +179,7 @@ class InFlightLimitMiddleware:
         self.loop_lag = 0.0  # the least of the last LAG_SAMPLES measurements
         self._lags: deque[float] = deque(maxlen=self.LAG_SAMPLES)
         self._watcher: asyncio.Task | None = None
+        self._warm_since: float | None = None
 
     async def _watch_loop_lag(self) -> None:
         """How late a short sleep wakes: the time a callback queued now waits for the loop."""
@@ -197,11 +201,12 @@ class InFlightLimitMiddleware:
         if now > self._window_end + self.SOJOURN_WINDOW_S:
             self.standing_wait = 0.0  # nothing answered for a while: no evidence of a queue
         why = None
+        timed = self.in_flight >= self.ALWAYS_ADMITTED and self._armed(scope, now)
         if self.in_flight >= self.limit:
             why = f"this API process is at its limit of {self.limit} requests in flight"
-        elif self.max_loop_lag > 0 and self.loop_lag > self.max_loop_lag:
+        elif timed and self.max_loop_lag > 0 and self.loop_lag > self.max_loop_lag:
             why = f"this API process is {self.loop_lag * 1e3:.0f} ms behind its work"
-        elif self.max_wait > 0 and self.standing_wait > self.max_wait and self.in_flight >= self.ALWAYS_ADMITTED:
+        elif timed and self.max_wait > 0 and self.standing_wait > self.max_wait:
             why = f"requests wait at least {self.standing_wait * 1e3:.0f} ms in this API process"
         if why is not None:
             await send_problem(scope, send, 503, "overloaded", f"{why}; retry shortly",
@@ -222,6 +227,17 @@ class InFlightLimitMiddleware:
             await self.app(scope, receive, timed_send if measured else send)
         finally:
             self.in_flight -= 1
+
+    def _armed(self, scope: Scope, now: float) -> bool:
+        """Whether the time bounds apply: ARM_AFTER_WARM_S after the compute pool's warm-up (at once for an app
+        without one)."""
+        if self._warm_since is None:
+            compute = getattr(getattr(scope.get("app"), "state", None), "compute", None)
+            warm = getattr(compute, "warm", None)
+            if warm is not None and not warm.is_set():
+                return False
+            self._warm_since = now - (self.ARM_AFTER_WARM_S if warm is None else 0.0)
+        return now - self._warm_since >= self.ARM_AFTER_WARM_S
 
     def _record(self, at: float, waited: float) -> None:
         if at > self._window_end:

@@ -47,6 +47,22 @@ PROBLEM_SCHEMA: dict[str, Any] = {
 
 RETRY_AFTER = {"Retry-After": {"description": "seconds to wait before retrying", "schema": {"type": "string"}}}
 
+#: 422 codes that a request the document allows can still get, for a reason JSON Schema cannot state: a relation
+#: between fields (x_min < x_max, y as long as X, `proposals` only with `correct`, a method that takes the target's
+#: kind, ranks a method can share), a target kind's own fields (GET /v1/targets/kinds), the state of the object
+#: named (a sampler with no predictive model, a target that is not 2-D, x's width against the model), a signed page
+#: token, or a deployment's caps. `request_invalid` (the document's own constraints), `method_unknown` and
+#: `target_kind_unknown` (enums in the document) are never among them; the schemathesis run in CI holds the server
+#: to this list (tests/integration/test_schemathesis.py).
+SEMANTIC_422_CODES = frozenset({
+    "spec_invalid", "target_invalid", "method_options_invalid", "method_unsupported_for_target", "limit_exceeded",
+    "target_nonfinite", "bounds_invalid", "density_unsupported", "density_unavailable", "dataset_invalid",
+    "proposals_invalid", "return_invalid", "return_needs_json", "x_required", "x_not_accepted", "x_shape_invalid",
+    "x_nonfinite", "log_weights_unavailable", "onnx_unavailable", "predict_unsupported", "input_invalid",
+    "output_nonfinite", "retention_too_long", "page_token_invalid", "points_invalid", "target_unsupported",
+    "processes_unsupported", "processes_over_cap",
+})
+
 PROBLEM_DESCRIPTIONS = {
     400: "the body could not be parsed (`bad_request`)",
     401: "no valid API key (`unauthorized`)",
@@ -57,7 +73,9 @@ PROBLEM_DESCRIPTIONS = {
     410: "the object has expired and awaits deletion (`expired`)",
     413: "the body or the requested size is over a limit (`payload_too_large`, `limit_exceeded`)",
     415: "the body's media type is not supported (`unsupported_media_type`)",
-    422: "the request is invalid (`request_invalid`, or a library code such as `spec_invalid`)",
+    422: "the request is invalid: `request_invalid` (a constraint stated in this document), `idempotency_key_reused`, "
+         "or a code for what JSON Schema cannot state (a relation between fields, a target kind's own fields, the "
+         "state of the object named, a deployment's cap): " + ", ".join(f"`{code}`" for code in sorted(SEMANTIC_422_CODES)),
     429: "a quota or rate limit is reached (`quota_exceeded`); see `Retry-After`",
     503: "a dependency (database, queue) is unavailable, or this process is overloaded (`overloaded`); see "
          "`Retry-After`",

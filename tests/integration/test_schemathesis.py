@@ -39,6 +39,7 @@ from schemathesis.checks import (
 )
 from schemathesis.config._checks import PositiveDataAcceptanceConfig
 
+from app.api.openapi import SEMANTIC_422_CODES
 from app.main import create_app
 from service.settings import Settings
 from tests.support.inprocess import run_worker
@@ -53,19 +54,6 @@ MAX_EXAMPLES = 12
 # something expired (410), state (409: a job not finished, a key reused), a quota or stream cap (429), the
 # body caps of the deployment (413). Any other 4xx (chiefly 422) on schema-valid data is a failure.
 ACCEPTED_STATUSES = ["2xx", "3xx", "401", "403", "404", "409", "410", "413", "429", "5xx"]
-# 422 codes that data the schema allows can still get, for a reason JSON Schema cannot state: a relation
-# between fields (x_min < x_max, y as long as X, `proposals` only with `correct`, a method that takes the target's
-# kind), the kind's own fields of a target (GET /v1/catalog), the state of the object named (a sampler with no
-# predictive model, a target that is not 2-D, x's width against the model), a signed page token, or a
-# deployment's caps. `request_invalid` (the document's own constraints), `method_unknown` and
-# `target_kind_unknown` (enums in the document) are never among them.
-SEMANTIC_422_CODES = frozenset({
-    "spec_invalid", "target_invalid", "method_options_invalid", "method_unsupported_for_target", "limit_exceeded",
-    "target_nonfinite", "bounds_invalid", "density_unsupported", "density_unavailable", "dataset_invalid",
-    "proposals_invalid", "return_invalid", "return_needs_json", "x_required", "x_not_accepted", "x_shape_invalid",
-    "x_nonfinite", "log_weights_unavailable", "onnx_unavailable", "predict_unsupported", "input_invalid",
-    "output_nonfinite", "retention_too_long", "page_token_invalid", "points_invalid", "target_unsupported",
-})
 NOT_READY_ALLOWED = {("GET", "/v1/health/ready")}
 SEED_JOB = {"method": "gpvi_exact", "target": {"kind": "gaussian", "mean": [1.0, -1.0], "cov": [[1.0, 0.5],
             [0.5, 2.0]]}, "num_particles": 16, "steps": 20, "seed": 1, "options": {"generator": {"hidden": []}}}

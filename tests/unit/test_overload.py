@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from types import SimpleNamespace
 
 import httpx
 import pytest
@@ -86,8 +87,13 @@ def test_requests_are_shed_while_the_event_loop_runs_behind() -> None:
     async def quick(request):  # noqa: ANN001, ANN202
         return PlainTextResponse("quick")
 
+    async def waiting(request):  # noqa: ANN001, ANN202 - in flight without holding the loop
+        await asyncio.sleep(float(request.query_params["s"]))
+        return PlainTextResponse("waited")
+
     app = InFlightLimitMiddleware(Starlette(routes=[Route("/v1/hog", hog), Route("/v1/quick", quick),
-                                                    Route("/v1/health/live", quick)]), limit=100, max_loop_lag=0.1)
+                                                    Route("/v1/wait", waiting), Route("/v1/health/live", quick)]),
+                                  limit=100, max_loop_lag=0.1)
 
     async def scenario() -> None:
         transport = httpx.ASGITransport(app=app)
@@ -102,10 +108,19 @@ def test_requests_are_shed_while_the_event_loop_runs_behind() -> None:
                 await client.get("/v1/hog", params={"s": 0.15})
                 await asyncio.sleep(0.001)
             assert app.loop_lag > 0.1
+            # A slow machine serving a few requests is not overloaded: below ALWAYS_ADMITTED in flight, served.
+            assert (await client.get("/v1/quick")).status_code == 200
+            held = [asyncio.ensure_future(client.get("/v1/wait", params={"s": 1.0}))
+                    for _ in range(app.ALWAYS_ADMITTED)]
+            await asyncio.sleep(0.001)
+            for _ in range(4):
+                await client.get("/v1/hog", params={"s": 0.15})
+                await asyncio.sleep(0.001)
             refused = await client.get("/v1/quick")
             assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
             assert "behind" in refused.json()["detail"]
             assert (await client.get("/v1/health/live")).status_code == 200  # probes are never shed
+            assert [a.status_code for a in await asyncio.gather(*held)] == [200] * app.ALWAYS_ADMITTED
             await asyncio.sleep(0.15)  # the loop catches up: work is taken again
             assert app.loop_lag < 0.1
             assert (await client.get("/v1/quick")).status_code == 200
@@ -183,3 +198,38 @@ def test_concurrent_uploads_share_one_decoding_budget(make_client) -> None:
         assert refused.headers["retry-after"] == "1"
     assert client.post("/v1/datasets", json=body).status_code == 201
     assert held.reserved == 0
+
+
+def test_the_time_bounds_wait_for_the_warm_up_and_its_backlog() -> None:
+    """A cold start's burst, admitted while torch's import runs, is served however long it waits: the time bounds
+    arm ARM_AFTER_WARM_S after the compute pool's warm-up."""
+    async def slow(request):  # noqa: ANN001, ANN202
+        await asyncio.sleep(0.3)
+        return PlainTextResponse("slow")
+
+    inner = Starlette(routes=[Route("/v1/slow", slow)])
+    warm = threading.Event()
+    inner.state.compute = SimpleNamespace(warm=warm)
+    app = InFlightLimitMiddleware(inner, limit=100, max_wait=0.05)
+    app.ARM_AFTER_WARM_S = 0.5
+
+    async def served(scope, receive, send):  # noqa: ANN001, ANN202 - as Starlette does before its middleware
+        scope["app"] = inner
+        await app(scope, receive, send)
+
+    async def scenario() -> None:
+        transport = httpx.ASGITransport(app=served)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            cold = await asyncio.gather(*(client.get("/v1/slow") for _ in range(3 * app.ALWAYS_ADMITTED)))
+            more = await asyncio.gather(*(client.get("/v1/slow") for _ in range(3 * app.ALWAYS_ADMITTED)))
+            assert app.standing_wait > 0.05  # a queue by CoDel's test, but not yet armed
+            assert {a.status_code for a in cold + more} == {200}  # cold: nothing shed for time
+            warm.set()
+            grace = await asyncio.gather(*(client.get("/v1/slow") for _ in range(3 * app.ALWAYS_ADMITTED)))
+            assert {a.status_code for a in grace} == {200}  # the backlog's grace after the warm-up
+            await asyncio.sleep(0.5)
+            await asyncio.gather(*(client.get("/v1/slow") for _ in range(2)))  # a window of evidence
+            armed = await asyncio.gather(*(client.get("/v1/slow") for _ in range(3 * app.ALWAYS_ADMITTED)))
+            assert 503 in {a.status_code for a in armed}
+
+    asyncio.run(scenario())
