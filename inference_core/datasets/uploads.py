@@ -473,6 +473,25 @@ def _read_npz(handle: IO[bytes], *, allowed: tuple[str, ...], max_rows: int | No
     return arrays
 
 
+def check_npz_declared_size(data: UploadSource, max_bytes: int) -> None:
+    """`DatasetTooLarge` when a .npz's zip directory alone declares more decompressed bytes than the cap (its
+    arrays' headers aside): a check that reads only the directory, so the caller can refuse such an upload before
+    it reserves any decoding budget. Anything else (a malformed archive too) is left to `parse_dataset_upload`,
+    which checks each member's real size as it reads it."""
+    with _opened(data) as handle:
+        try:
+            with zipfile.ZipFile(handle) as archive:
+                members = archive.infolist()
+        except _MALFORMED:
+            return
+        finally:
+            handle.seek(0)
+    declared = sum(member.file_size for member in members)
+    if declared > max_bytes + len(members) * MAX_NPY_HEADER_BYTES:
+        raise DatasetTooLarge(f"the .npz declares {declared:,} bytes once decompressed; the cap is {max_bytes:,} "
+                              "bytes (PARVIS_MAX_DATASET_DECOMPRESSED_BYTES)")
+
+
 def _guarded(read: Any, what: str) -> Any:
     """`read()`, with any malformed-input failure turned into one ValueError naming `what`."""
     try:

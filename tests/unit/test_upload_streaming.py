@@ -263,3 +263,20 @@ def test_the_stored_npz_is_byte_for_byte_what_it_was() -> None:
                     Dataset(X=RNG.normal(size=(300_000, 2)), y=RNG.normal(size=300_000), X_test=X[:5, :2],
                             y_test=np.zeros(5), name="")):
         assert dataset_to_npz(dataset) == reference(dataset)
+
+
+def test_an_npz_its_zip_directory_puts_over_the_cap_is_refused_without_waiting_for_the_budget(make_client) -> None:
+    """The decoding budget is all held by other uploads: an .npz whose directory declares more than the cap gets its
+    413 at once (nothing to decode), while one under the cap is told to retry (503)."""
+    client, _ = make_client(max_dataset_decompressed_bytes=64 * 1024)
+    budget = client.app.state.decode_budget
+    budget.reserved = budget.total_bytes  # every byte held by uploads in flight
+    npz = {"content-type": "application/x-npz"}
+    big = np.zeros((5_000, 3))  # 120 kB once decompressed; zeros compress to almost nothing
+    body = assert_problem(client.post("/v1/datasets", content=npz_bytes(X=big, y=np.zeros(5_000)), headers=npz),
+                          413, "dataset_too_large")
+    assert "declares" in body["detail"] and "PARVIS_MAX_DATASET_DECOMPRESSED_BYTES" in body["detail"]
+    waited = client.post("/v1/datasets", content=npz_bytes(X=X, y=Y), headers=npz)
+    assert_problem(waited, 503, "overloaded")
+    budget.reserved = 0
+    assert client.post("/v1/datasets", content=npz_bytes(X=X, y=Y), headers=npz).status_code == 201

@@ -89,6 +89,11 @@ async def upload_dataset(
         cost = budget.cost(size, media_type, settings.max_dataset_decompressed_bytes, fields=separators + 1)
 
         def parse_and_store() -> DatasetOut:
+            if media_type in uploads.NPZ_MEDIA_TYPES:  # refused by its zip directory alone: no budget reserved, no wait
+                try:
+                    uploads.check_npz_declared_size(spool, settings.max_dataset_decompressed_bytes)
+                except DatasetTooLarge as exc:
+                    raise Problem(413, "dataset_too_large", str(exc)) from None
             # The reservation covers the save too: the stored .npz is made while the parsed arrays are held.
             with budget.reserve(cost):
                 try:
