@@ -98,7 +98,7 @@ def test_the_client_package_imports_no_torch_and_no_service_code() -> None:
 
 #: The core's modules that import no torch: what API modules other than app/api/compute.py may use.
 TORCH_FREE_CORE = ("inference_core", "inference_core.spec", "inference_core.catalog", "inference_core.errors",
-                   "inference_core.datasets", "inference_core.datasets.columns")
+                   "inference_core.datasets", "inference_core.datasets.columns", "inference_core.datasets.resolve")
 
 
 def test_only_the_compute_module_of_the_api_touches_torch() -> None:
