@@ -69,6 +69,16 @@ class Method:
     summary: str
     paper: str
     target_kinds: frozenset[str] = field(default_factory=frozenset)
+    #: How the ranks of a `resources.processes` > 1 job share the work (docs/architecture.md, "Multi-process jobs";
+    #: inference_core.distributed.RANKED_METHODS, which a test holds equal): "particles" (each rank the direction of
+    #: its share of the particles against all of them), "networks" (f-POVI: the same with networks as particles),
+    #: "batch" (each rank its rows of the noise batch, gradients summed), or None (one process only).
+    shares: str | None = None
+
+    @property
+    def max_processes(self) -> int | None:
+        """1 for a method that runs as one process; None: as many ranks as the service allows."""
+        return None if self.shares else 1
 
 
 TARGET_KINDS: dict[str, TargetKind] = {
@@ -185,6 +195,7 @@ METHODS: dict[str, Method] = {
             summary="Stein variational gradient descent: kernel-weighted scores plus a repulsive term.",
             paper="Liu & Wang 2016, eq. 8; GPVI paper eq. 13",
             target_kinds=WEIGHT_SPACE_KINDS,
+            shares="particles",
         ),
         Method(
             name="gfsf",
@@ -213,6 +224,7 @@ METHODS: dict[str, Method] = {
             summary="w-SGLD-B: deterministic blob approximation of Wasserstein SGLD (no injected noise).",
             paper="Chen et al. 2018; f-POVI paper (Wang et al. 2019) Table 1",
             target_kinds=WEIGHT_SPACE_KINDS,
+            shares="particles",
         ),
         Method(
             name="pisgld",
@@ -222,6 +234,7 @@ METHODS: dict[str, Method] = {
             summary="pi-SGLD: (w-SGLD-B + SVGD) / 2 with one kernel.",
             paper="Chen et al. 2018; f-POVI paper (Wang et al. 2019) Table 1",
             target_kinds=WEIGHT_SPACE_KINDS,
+            shares="particles",
         ),
         Method(
             name="svgd_subset",
@@ -268,6 +281,7 @@ METHODS: dict[str, Method] = {
             "of KL in noise space; J⁻ᵀ∇k learned by a helper network (pairwise, or a k×k matrix helper).",
             paper="Ratzlaff et al. 2021 (GPVI), eqs. 5-11, Algorithm 1",
             target_kinds=WEIGHT_SPACE_KINDS,
+            shares="batch",
         ),
         Method(
             name="gpvi_exact",
@@ -277,6 +291,7 @@ METHODS: dict[str, Method] = {
             summary="GPVI with the k×k Jacobian block formed (torch.func) and solved exactly (torch.linalg.solve).",
             paper="Ratzlaff et al. 2021 (GPVI), §4.2 and Table 5 (Exact Jac)",
             target_kinds=WEIGHT_SPACE_KINDS,
+            shares="batch",
         ),
         Method(
             name="amortized_svgd",
@@ -286,6 +301,7 @@ METHODS: dict[str, Method] = {
             summary="Amortised SVGD: the SVGD direction on a generated batch back-propagated into the generator.",
             paper="Wang & Liu 2016; GPVI paper eq. 14",
             target_kinds=WEIGHT_SPACE_KINDS,
+            shares="batch",
         ),
         Method(
             name="amortized_gfsf",
@@ -324,6 +340,7 @@ METHODS: dict[str, Method] = {
             "prior fitted to fresh prior functions, pulled back to the weights.",
             paper="Wang, Ren, Zhu & Zhang 2019 (f-POVI), eq. 4, Algorithm 1, Table 1",
             target_kinds=NETWORK_KINDS,
+            shares="networks",
         ),
         Method(
             name="fwsgld",
@@ -334,6 +351,7 @@ METHODS: dict[str, Method] = {
             "back to the weights.",
             paper="Wang, Ren, Zhu & Zhang 2019 (f-POVI), eq. 4, Table 1; Chen et al. 2018",
             target_kinds=NETWORK_KINDS,
+            shares="networks",
         ),
         Method(
             name="fpisgld",
@@ -344,6 +362,7 @@ METHODS: dict[str, Method] = {
             "the weights.",
             paper="Wang, Ren, Zhu & Zhang 2019 (f-POVI), eq. 4, Table 1; Chen et al. 2018",
             target_kinds=NETWORK_KINDS,
+            shares="networks",
         ),
         Method(
             name="fvi",

@@ -64,3 +64,23 @@ class Diverged(InferenceError):
 
 class DeviceUnavailable(InferenceError):
     code = "device_unavailable"
+
+
+class ProcessesUnsupported(SpecInvalid):
+    """A job asked to run as more than one rank of a process group with a method that cannot share its work
+    (`inference_core.distributed.RANKED_METHODS` lists the ones that can)."""
+
+    code = "processes_unsupported"
+
+
+class ProcessesOverCap(InferenceError):
+    """`resources.processes` above the service's cap (PARVIS_MAX_PROCESSES_PER_JOB)."""
+
+    code = "processes_over_cap"
+
+
+class RankFailed(InferenceError):
+    """A rank of a multi-process job died or stopped answering: the attempt ends and the job is retried from its
+    last checkpoint (not a fault of the job's spec)."""
+
+    code = "rank_failed"

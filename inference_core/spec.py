@@ -37,6 +37,8 @@ class Limits:
     max_job_memory_bytes: int | None = None
     #: Cap on the metric points a job stores (steps // metrics_interval + 1); None: not checked.
     max_metric_points: int | None = None
+    #: Cap on `resources.processes`, the ranks one job runs as (PARVIS_MAX_PROCESSES_PER_JOB).
+    max_processes: int = 8
 
 
 class EvalSpec(StrictModel):
@@ -52,6 +54,14 @@ class EvalSpec(StrictModel):
     reference_seed: int = Field(default=0, ge=0, lt=2**63, description="seed of the reference draws/subsample")
     max_particles: int = Field(default=2000, ge=2, le=100_000,
                                description="O(n²) diagnostics use at most this many particles (fixed subsample)")
+
+
+class ResourcesSpec(StrictModel):
+    """What one job runs on: `processes` ranks of one torch.distributed process group (docs/architecture.md,
+    "Multi-process jobs"): gloo on CPU, NCCL on CUDA with one device per rank, on one machine or across several."""
+
+    processes: int = Field(default=1, ge=1, le=1024, description="ranks of the job's process group; methods with "
+                           "`max_processes` 1 in /v1/methods refuse more (422 processes_unsupported)")
 
 
 class JobSpec(StrictModel):
@@ -70,6 +80,7 @@ class JobSpec(StrictModel):
     name: str | None = Field(default=None, max_length=200)
     checkpoint_every: int | None = Field(default=None, ge=1, description="default: steps // 10, at most 1000")
     metrics_every: int | None = Field(default=None, ge=1, description="default: about 200 points per job")
+    resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
 
     @property
     def checkpoint_interval(self) -> int:
@@ -194,6 +205,7 @@ def admit(raw: Any, limits: Limits | None = None, data_shapes: DataShapes | None
             f"metrics every {spec.metrics_interval} steps for {spec.steps} steps is {points} metric points, over the "
             f"cap of {limits.max_metric_points} per job: set metrics_every to at least {least}",
             loc=("metrics_every",))
+    _check_processes(method, spec.resources.processes, spec.num_particles, limits)
     target, dim, dataset_ids = _size_target(target, limits, data_shapes)
     _check_precondition(options, target.kind, dim)
     if dim is not None:
@@ -248,6 +260,25 @@ def _dim_from_data(target: Any, shapes: Mapping[str, DatasetShape], limits: Limi
     if dim > limits.max_dim:
         raise errors.LimitExceeded(f"target dimension {dim} is over the cap of {limits.max_dim}", loc=("target",))
     return dim
+
+
+def _check_processes(method: Method, processes: int, num_particles: int, limits: Limits) -> None:
+    """`resources.processes`: at most the service's cap, more than 1 only for a method that runs as ranks (the
+    catalog's `shares`), and no more ranks than the particles or batch rows they share."""
+    if processes == 1:
+        return
+    if processes > limits.max_processes:
+        raise errors.ProcessesOverCap(
+            f"resources.processes {processes} is over this service's cap of {limits.max_processes} ranks per job",
+            loc=("resources", "processes"))
+    if method.shares is None:
+        raise errors.ProcessesUnsupported(
+            f"method {method.name!r} runs as one process (its `max_processes` in /v1/methods is 1): "
+            f"resources.processes must be 1", loc=("resources", "processes"))
+    if processes > num_particles:
+        raise errors.ProcessesUnsupported(
+            f"{processes} ranks would share {num_particles} {'draws a step' if method.shares == 'batch' else method.shares}: "
+            "every rank needs at least one", loc=("resources", "processes"))
 
 
 def _check_precondition(options: Any, kind: str, dim: int | None) -> None:

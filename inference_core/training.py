@@ -4,6 +4,14 @@ the submodule never shadows that function): spec → target + method → steps, 
 `run(spec)` works in a notebook with no hooks at all. The worker passes `RunHooks` to report progress and
 metrics, checkpoint, and stop on cancel/preemption between steps, and `resume_state` to continue from a
 checkpoint.
+
+With `group` (`inference_core.distributed`; a method of `RANKED_METHODS`) one job runs as the k ranks of a process
+group, each rank calling `run` with the same spec: every rank builds the method from the same seed and shares the
+steps' work (`Method.use_ranks`); rank 0 alone consults `should_stop` (its answer is agreed on every rank before
+each step, so all stop at the same step), calls the other hooks with metrics of the whole job (`grad_evals`
+summed over the ranks), writes checkpoints in exactly the one-rank format (the methods keep every rank's
+parameters whole and identical, so a checkpoint resumes under any k) and evaluates; the other ranks return a
+`RunResult` without final metrics or quality block.
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ from torch import Tensor
 
 from inference_core import errors
 from inference_core.catalog import METHODS, resolve
+from inference_core.distributed import RANKED_METHODS, RankGroup
 from inference_core.methods.base import DTYPES, Method
 from inference_core.metrics.evaluation import Evaluator
 from inference_core.metrics.heldout import heldout_metrics
@@ -158,19 +167,34 @@ def run(
     resume_state: dict[str, Any] | None = None,
     context: BuildContext | None = None,
     limits: Limits | None = None,
+    group: RankGroup | None = None,
 ) -> RunResult:
     """Train from a job spec; returns when all steps are done or a hook asks to stop. A raw spec or JobSpec is
-    admitted here (inference_core.spec.admit); an AdmittedSpec (the worker's) is not checked again."""
+    admitted here (inference_core.spec.admit); an AdmittedSpec (the worker's) is not checked again.
+
+    `group`: this process's rank in the job's process group (`inference_core.distributed.join_group`; None or one
+    rank: the single-process run). Every rank passes the same spec and `resume_state` (a one-rank-format state);
+    `errors.ProcessesUnsupported` for more than one rank with a method outside `RANKED_METHODS`."""
     if isinstance(spec, AdmittedSpec):
         admitted = spec
     else:
         admitted = admit(spec.model_dump(mode="json") if isinstance(spec, JobSpec) else spec, limits)
     job = admitted.spec
-    hooks = hooks or RunHooks()
+    ranked = group is not None and group.world_size > 1
+    if ranked and job.method not in RANKED_METHODS:
+        raise errors.ProcessesUnsupported(
+            f"method {job.method!r} runs as one process only; methods that can share a job among ranks: "
+            f"{', '.join(sorted(RANKED_METHODS))}", loc=("method",))
+    root = not ranked or group.is_root
+    hooks = (hooks or RunHooks()) if root else RunHooks()
     method, counter = build_method(admitted, context, counted=True)
+    if ranked:
+        method.use_ranks(group)
     if resume_state is not None:
         resume_state = dict(resume_state)
-        counter.count += int(resume_state.pop(EVALUATIONS_KEY, 0))
+        spent = int(resume_state.pop(EVALUATIONS_KEY, 0))
+        if root:  # the job's count: the ranks' counts are summed
+            counter.count += spent
         method.load_state_dict(resume_state)
     started = time.perf_counter()
     hooks.on_start(method, job.steps)
@@ -178,12 +202,15 @@ def run(
     eval_every = job.eval.every
     evaluator = Evaluator(job.eval)
     while method.step_count < job.steps and not method.converged:
-        stopped = hooks.should_stop()
+        stopped = group.agree_stop(hooks.should_stop()) if ranked else hooks.should_stop()
         if stopped:
             break
         metrics = method.step()
         step = method.step_count
-        metrics["grad_evals"] = float(counter.count)
+        count = int(group.all_reduce_sum(counter.count)) if ranked else counter.count
+        if not root:
+            continue
+        metrics["grad_evals"] = float(count)
         if eval_every and step % eval_every == 0:
             with counter.paused():
                 metrics.update(evaluate(method, evaluator=evaluator))
@@ -191,7 +218,12 @@ def run(
         if step % job.metrics_interval == 0 or step == job.steps:
             hooks.on_metrics(step, metrics)
         if step % job.checkpoint_interval == 0 and step < job.steps:
-            hooks.save_checkpoint(step, checkpoint_state(method, counter.count))
+            hooks.save_checkpoint(step, checkpoint_state(method, count))
+    if ranked:
+        counter.count = int(group.all_reduce_sum(counter.count))
+        if not root:  # rank 0 evaluates and reports; the others' results are not used
+            return RunResult(method, method.step_count, stopped, {}, time.perf_counter() - started, {},
+                             counter.count)
     final: dict[str, float] = {}
     quality: dict[str, Any] = {}
     if stopped is None:

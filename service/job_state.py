@@ -153,6 +153,7 @@ def finish_job(
         "updated_at": now,
         "lease_owner": None,
         "lease_expires_at": None,
+        "rendezvous": None,
     }
     if progress is not None:
         values["progress"] = progress
@@ -189,11 +190,35 @@ def release_job(session: Session, lease: Lease) -> bool:
     result = session.execute(
         _fenced(lease)
         .values(status="queued", attempt=Job.attempt - 1, lease_owner=None, lease_expires_at=None,
-                enqueued_at=None, updated_at=now)
+                enqueued_at=None, rendezvous=None, updated_at=now)
         .execution_options(synchronize_session=False)
     )
     session.commit()
     return result.rowcount == 1
+
+
+def publish_rendezvous(session: Session, lease: Lease, rendezvous: dict[str, Any]) -> bool:
+    """Rank 0 of a multi-process job says where this attempt's ranks meet (workers.ranks), fenced by its lease."""
+    result = session.execute(_fenced(lease).values(rendezvous=rendezvous, updated_at=utcnow())
+                             .execution_options(synchronize_session=False))
+    session.commit()
+    return result.rowcount == 1
+
+
+def retry_attempt(session: Session, lease: Lease, error: tuple[str, str], max_attempts: int) -> str | None:
+    """End an attempt that failed through no fault of the job (a rank of a multi-process job died): back to the
+    queue, unsent, with the attempt spent — the next claim resumes every rank from the last checkpoint — or, once
+    `max_attempts` are spent, failed with `error`. Returns the new status, or None if the lease was not ours."""
+    now = utcnow()
+    if lease.attempt < max_attempts:
+        values: dict[str, Any] = {"status": "queued", "enqueued_at": None}
+    else:
+        values = {"status": "failed", "finished_at": now, "error_code": error[0], "error_detail": error[1]}
+    result = session.execute(
+        _fenced(lease).values(**values, lease_owner=None, lease_expires_at=None, rendezvous=None, updated_at=now)
+        .execution_options(synchronize_session=False))
+    session.commit()
+    return values["status"] if result.rowcount == 1 else None
 
 
 @dataclass

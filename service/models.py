@@ -87,6 +87,8 @@ class Job(Base):
     quality: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
     checkpoint_step: Mapped[int | None] = mapped_column(Integer)
     resumed_from_step: Mapped[int | None] = mapped_column(Integer)
+    # Multi-process jobs: where the ranks of the current attempt meet (workers.ranks.Rendezvous); null otherwise.
+    rendezvous: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
     error_code: Mapped[str | None] = mapped_column(String(64))
     error_detail: Mapped[str | None] = mapped_column(Text)
 

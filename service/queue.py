@@ -14,6 +14,7 @@ from service.embedded_broker import EMBEDDED_SCHEME
 from service.settings import Settings
 
 RUN_JOB_TASK = "parvis.run_job"
+RUN_RANK_TASK = "parvis.run_rank"  # one rank of a multi-process job (workers.ranks)
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:
@@ -27,7 +28,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "task_serializer": "json",
         "accept_content": ["json"],
         "task_default_queue": settings.queue,
-        "task_routes": {RUN_JOB_TASK: {"queue": settings.queue}},
+        "task_routes": {RUN_JOB_TASK: {"queue": settings.queue}, RUN_RANK_TASK: {"queue": settings.queue}},
         "broker_connection_retry_on_startup": True,
         # Broker outage (docs/architecture.md, "Broker outages"): the running job keeps going under its DB lease
         # and the worker reconnects for as long as it takes; a redelivered message is a no-op (claim_job).

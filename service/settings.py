@@ -118,6 +118,16 @@ class Settings(BaseSettings):
     # torch's spinning threads wait on each other (300 GPVI steps: 10.1 s with 2 threads on 2 busy cores, 2.8 s
     # with 1; 2.5 s either way on idle ones): the small particle systems gain little from more.
     worker_torch_threads: int = Field(default=0, ge=0)
+    # Multi-process jobs (docs/architecture.md, "Multi-process jobs"): the most ranks one job may ask for
+    # (resources.processes; more: 422 processes_over_cap); how many of a job's ranks the worker that claims it runs
+    # on its own machine (0: one per CUDA device, else one per CPU core); the rest are claimed by other workers
+    # through rank messages. `worker_address`: where other machines reach this one's rendezvous store (empty: the
+    # host's name). `rank_timeout_seconds`: the longest a rank waits for the others (rendezvous, any collective)
+    # before the attempt fails as `rank_failed`, and is retried from its last checkpoint.
+    max_processes_per_job: int = Field(default=8, ge=1)
+    worker_local_ranks: int = Field(default=0, ge=0)
+    worker_address: str = ""
+    rank_timeout_seconds: float = Field(default=60.0, gt=0)
 
     # Retention (docs/architecture.md, "Retention"): jobs, samplers and data sets get `expires_at` = creation +
     # `retention_days` (fractions allowed; 0 = keep forever), or the tenant's own value from
@@ -189,7 +199,7 @@ class Settings(BaseSettings):
         """The caps a job spec is admitted under (inference_core.spec.admit), in the API and the worker alike."""
         return Limits(max_particles=self.max_particles, max_steps=self.max_steps, max_dim=self.max_dim,
                       max_job_memory_bytes=self.max_job_memory_bytes,
-                      max_metric_points=self.max_metric_points_per_job)
+                      max_metric_points=self.max_metric_points_per_job, max_processes=self.max_processes_per_job)
 
 
 @lru_cache

@@ -26,7 +26,7 @@ from inference_core.samplers.certificate import sampler_quality
 from inference_core.serialization import state_from_bytes, state_to_bytes
 from inference_core.spec import AdmittedSpec, admit
 from inference_core.targets import BuildContext, build_target
-from inference_core.training import RunHooks, RunResult, run
+from inference_core.training import RunHooks, RunResult, resolve_device, run
 from service import job_state
 from service.arrays import npy_bytes
 from service.datasets import dataset_loader
@@ -40,6 +40,7 @@ from service.store import StoredBlob
 from workers.context import WorkerContext, worker_context
 from workers.dispatch import send_unsent
 from workers.predictors import store_predictor
+from workers.ranks import failure_from_store, is_distributed_failure, processes_of, rank_zero_group
 
 logger = logging.getLogger("parvis.worker")
 
@@ -333,6 +334,19 @@ class ServiceHooks(RunHooks):
         self.flush(self.progress(step))
 
 
+def admit_stored_spec(context: WorkerContext, job: Job) -> AdmittedSpec:
+    """The stored spec, admitted once in this process (the API admitted it too, in its own): the shapes of its
+    uploaded data sets come from the tenant's records, expired ones included (the job was submitted before the
+    expiry; the sweeper keeps data sets a live job uses)."""
+    with context.sessions() as session:
+        datasets = Datasets(session, job.tenant_id)
+        try:
+            return admit(job.spec, limits=context.settings.limits(),
+                         data_shapes=lambda ids: datasets.shapes(ids, live_only=False))
+        except DomainError as exc:  # a data set deleted meanwhile
+            raise errors.TargetInvalid(exc.detail, loc=exc.loc) from None
+
+
 def run_job_by_id(job_id: str) -> None:
     context = worker_context()
     owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -380,10 +394,19 @@ class JobExecution:
         heartbeat.start()
         try:  # the heartbeat runs until the final write (storing the result and certifying a sampler take time)
             try:
-                self.admitted = admitted = self._admit()
+                self.admitted = admitted = admit_stored_spec(self.context, self.job)
                 context = BuildContext(load_dataset=dataset_loader(self.context.sessions, self.context.store,
                                                                    self.job.tenant_id))
-                result = run(admitted, hooks=hooks, resume_state=resume, context=context)
+                if processes_of(self.job.spec) == 1:
+                    result = run(admitted, hooks=hooks, resume_state=resume, context=context)
+                else:
+                    result = self._run_ranks(admitted, hooks, resume, context, resumed_from)
+                    if result is None:  # the lease went before the ranks met: the reaper's now
+                        return
+            except errors.RankFailed as exc:
+                logger.warning("job %s: %s", self.job.id, exc.detail)
+                self._retry(hooks, (exc.code, exc.detail))
+                return
             except errors.InferenceError as exc:
                 logger.info("job %s failed: %s: %s", self.job.id, exc.code, exc.detail)
                 self._finish(hooks, "failed", error=(exc.code, exc.detail))
@@ -402,16 +425,20 @@ class JobExecution:
         finally:
             heartbeat.stop()
 
-    def _admit(self) -> AdmittedSpec:
-        """The stored spec, admitted once in this process (the API admitted it too, in its own): the shapes of
-        its uploaded data sets come from the tenant's records, expired ones included (the job was submitted
-        before the expiry; the sweeper keeps data sets a live job uses)."""
-        with self.context.sessions() as session:
-            datasets = Datasets(session, self.job.tenant_id)
+    def _run_ranks(self, admitted: AdmittedSpec, hooks: ServiceHooks, resume: dict[str, Any] | None,
+                   context: BuildContext, resumed_from: int | None) -> RunResult | None:
+        """This worker as rank 0 of a multi-process job (workers.ranks): the others are started or sent for, the
+        run goes on with the group, and a peer's failure becomes that peer's error or `RankFailed`."""
+        backend = "nccl" if resolve_device(admitted.spec, dim=admitted.dim).type == "cuda" else "gloo"
+        with rank_zero_group(self.context, self.lease, self.job, resumed_from, backend) as (group, store):
+            if group is None:
+                return None
             try:
-                return admit(self.job.spec, data_shapes=lambda ids: datasets.shapes(ids, live_only=False))
-            except DomainError as exc:  # a data set deleted meanwhile
-                raise errors.TargetInvalid(exc.detail, loc=exc.loc) from None
+                return run(admitted, hooks=hooks, resume_state=resume, context=context, group=group)
+            except Exception as exc:
+                if isinstance(exc, errors.InferenceError) or not is_distributed_failure(exc):
+                    raise
+                raise failure_from_store(store, group.world_size) from exc
 
     def _conclude(self, hooks: ServiceHooks, result: RunResult) -> None:
         if result.stopped == "lease_lost":
@@ -463,6 +490,31 @@ class JobExecution:
         except Exception as exc:  # noqa: BLE001 - a report that cannot be made is said so, not fatal
             logger.warning("job %s: sampler quality report failed", self.job.id, exc_info=True)
             return {"verdict": None, "reason": f"the quality report could not be computed ({type(exc).__name__})"}
+
+    def _retry(self, hooks: ServiceHooks, error: tuple[str, str]) -> None:
+        """End an attempt that failed through no fault of the job (a rank died): what is buffered and the last
+        checkpoint recorded, then back to the queue with the attempt spent (every rank resumes from that
+        checkpoint), or failed with `error` once the job's attempts are spent."""
+        hooks.heartbeat.stop()
+
+        def retry(session: Session) -> str | None:
+            if hooks.pending_points:
+                if not job_state.record_progress(session, self.lease, hooks.progress(hooks.last_step),
+                                                 dict(hooks.latest), hooks.pending_points, self.job.tenant_id):
+                    return None
+                hooks.pending_points = []
+            if not hooks.record_pending_checkpoint(session):
+                return None
+            return job_state.retry_attempt(session, self.lease, error, self.job.max_attempts)
+
+        status = hooks.write_within_lease("end the attempt", retry)
+        logger.info("job %s: attempt %d ended (%s): %s", self.job.id, self.lease.attempt, error[0], status)
+        if status == "queued":
+            try:
+                send_unsent(self.context.sessions, self.context.sender, self.context.settings, job_ids=[self.job.id])
+            except Exception:  # noqa: BLE001 - the job is queued and unsent: a maintenance loop sends it
+                logger.warning("job %s: could not send the retried job now; a maintenance pass will", self.job.id,
+                               exc_info=True)
 
     def _release(self, hooks: ServiceHooks) -> bool:
         """Give the job back to the queue (not a failure: the attempt is returned), with what is buffered and

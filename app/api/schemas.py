@@ -45,6 +45,7 @@ class JobOut(BaseModel):
     cancel_requested: bool
     checkpoint_step: int | None
     resumed_from_step: int | None
+    ranks: int = Field(default=1, description="the processes (ranks) the job runs as: its spec's resources.processes")
     expires_at: datetime | None = None  # retention: 410 `expired` once past (and finished); null: kept forever
 
 
@@ -79,6 +80,13 @@ class MethodOut(BaseModel):
     paper: str
     target_kinds: list[str]
     options_schema: dict[str, Any]
+    max_processes: int | None = Field(
+        default=1, description="the most ranks (resources.processes) the method runs as: 1, or null for as many as "
+        "the service allows (PARVIS_MAX_PROCESSES_PER_JOB)")
+    shares: str | None = Field(
+        default=None, description="how its ranks share the work: 'particles' (each the direction of its share of "
+        "the particles, kernel sums over all of them), 'networks' (the same with f-POVI's networks as particles), "
+        "'batch' (each its rows of the generator's noise batch; gradients summed); null: one process")
 
 
 class MethodList(BaseModel):

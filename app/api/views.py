@@ -28,6 +28,7 @@ def job_out(job: Job, sampler_id: str | None = None) -> JobOut:
         cancel_requested=job.cancel_requested,
         checkpoint_step=job.checkpoint_step,
         resumed_from_step=job.resumed_from_step,
+        ranks=int(((job.spec or {}).get("resources") or {}).get("processes") or 1),
         expires_at=job.expires_at,
     )
 

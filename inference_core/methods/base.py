@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 
 from inference_core import errors
+from inference_core.distributed.group import SINGLE_RANK, RankGroup
 from inference_core.kernels import Kernel, bandwidth_rule_from_options, kernel_from_options
 from inference_core.methods.optim import build_optimizer
 from inference_core.methods.start import redraw_nonfinite
@@ -59,6 +60,11 @@ class Method:
     auto_remedy: str | None = None
     #: the step at which the method stopped early by its own convergence rule (`auto`); None: it has not
     converged_step: int | None = None
+    #: how the method shares one job's work among the ranks of a process group (`inference_core.distributed`,
+    #: RANKED_METHODS): "particles", "networks" or "batch"; None: it runs as one rank only
+    rank_sharing: str | None = None
+    #: the job's ranks (`use_ranks`); with one rank `step()` is the single-process step
+    ranks: RankGroup = SINGLE_RANK
 
     def __init__(self, target: Target, options: Any, num_particles: int, seed: int, device: torch.device):
         self.target = target
@@ -74,6 +80,28 @@ class Method:
 
     def step(self) -> dict[str, float]:
         raise NotImplementedError
+
+    def use_ranks(self, group: RankGroup) -> None:
+        """Run the following steps as `group.rank` of `group.world_size` ranks (`inference_core.distributed`). Every
+        rank builds the method from the same (target, options, n, seed), so every rank starts from the same state;
+        from then on each rank evaluates and computes the direction of its own share of the rows (`rank_sharing`)
+        and the updates keep the parameters identical on every rank. `errors.ProcessesUnsupported` for a method
+        that cannot share its work, or for fewer rows than ranks."""
+        if group.world_size > 1:
+            if self.rank_sharing is None:
+                raise errors.ProcessesUnsupported(
+                    f"method {self.name!r} runs as one process only; it cannot share a job among "
+                    f"{group.world_size} ranks")
+            rows = min(self.ranked_rows())
+            if rows < group.world_size:
+                raise errors.ProcessesUnsupported(
+                    f"{group.world_size} ranks need at least as many particles (a generative method's batch) as ranks; "
+                    f"this job has {rows}")
+        self.ranks = group
+
+    def ranked_rows(self) -> tuple[int, ...]:
+        """The row counts the ranks split (particles; a generative method's batch and expectation batch)."""
+        return (self.num_particles,)
 
     def pullback(self, points: Tensor, direction: Tensor) -> None:
         """One parameter update that moves `points` along the ascent `direction` (same shape, no graph).
@@ -190,6 +218,12 @@ class ParticleMethod(Method):
     def direction(self, x: Tensor, batch: object | None) -> tuple[Tensor, dict[str, float]]:
         raise NotImplementedError
 
+    def direction_rows(self, x: Tensor, score: Tensor, start: int, stop: int) -> tuple[Tensor, dict[str, float]]:
+        """Rows [start, stop) of `direction`'s φ, [stop − start, d], given all n particles and their scores at this
+        step's minibatch (the ranked step, `_ranked_step`); the same info dict. Methods with `rank_sharing`
+        "particles" implement it."""
+        raise NotImplementedError
+
     def _whitened_target(self) -> Target:
         """`precondition: "pathfinder"`: the target in the coordinates Pathfinder's Gaussian whitens (seed stream
         PRECONDITION_STREAM; `auto`'s Pathfinder options)."""
@@ -222,10 +256,35 @@ class ParticleMethod(Method):
         return redrawn
 
     def step(self) -> dict[str, float]:
+        if self.ranks.world_size > 1:
+            return self._ranked_step()
         started = time.perf_counter()
         batch = self.target.sample_batch(self.generator)
         with torch.no_grad():
             phi, info = self.direction(self.x.detach(), batch)
+        self.pullback(self.x, phi)
+        self.step_count += 1
+        force = float(phi.square().sum(-1).mean().sqrt())
+        return {"step_time_s": time.perf_counter() - started, "stein_force_norm": force, **info}
+
+    def _ranked_step(self) -> dict[str, float]:
+        """`step` with the work shared by the ranks (`rank_sharing` "particles"). Every rank holds all n particles
+        and the optimiser state, identical on every rank (same start, same updates); it draws the same minibatch
+        (the generator's state is the same everywhere), evaluates the scores of its own rows [lo, hi) only
+        (`shard_bounds`), all-gathers them, and computes φ for its own rows against all n (`direction_rows`: the
+        O(n²) kernel sums split k ways; the bandwidth from all n, as on one rank). The gathered φ then takes the
+        same optimiser step on every rank (torch's optimisers here are elementwise). Same φ as `step` up to the
+        order of the kernel sums' additions; two all-gathers of [n, d] a step."""
+        started = time.perf_counter()
+        group = self.ranks
+        n = self.x.shape[0]
+        lo, hi = group.bounds(n)
+        batch = self.target.sample_batch(self.generator)
+        with torch.no_grad():
+            x = self.x.detach()
+            score = group.all_gather_rows(self.moved.score(x[lo:hi], batch), n)
+            rows, info = self.direction_rows(x, score, lo, hi)
+            phi = group.all_gather_rows(rows, n)
         self.pullback(self.x, phi)
         self.step_count += 1
         force = float(phi.square().sum(-1).mean().sqrt())
@@ -300,6 +359,15 @@ class KernelParticleMethod(ParticleMethod):
     def pairwise(self) -> dict[str, str]:
         """backend/precision keyword arguments of the pairwise primitives."""
         return {"backend": self.kernel_options.backend, "precision": self.kernel_options.precision}
+
+    def gathered_direction_rows(self, rows_of: Any, x: Tensor, score: Tensor, start: int,
+                                stop: int) -> tuple[Tensor, dict[str, float]]:
+        """`direction_rows` of a direction whose rows need per-particle sums over every rank's rows (w-SGLD-B,
+        π-SGLD): the bandwidth from all n particles, then `rows_of(x, score, kernel, start, stop, gather=...)`."""
+        h = self.bandwidth_rule(x)
+        phi = rows_of(x, score, self.kernel(h), start, stop,
+                      gather=lambda rows: self.ranks.all_gather_rows(rows, x.shape[0]), **self.pairwise)
+        return phi, {"bandwidth": float(h)}
 
     def extra_state(self) -> dict[str, Any]:
         return {"bandwidth_rule": self.bandwidth_rule.state_dict()}

@@ -9,6 +9,8 @@ repulsive (entropy) term (1 targets the posterior).
 
 * `svgd_direction` / `svgd_direction_two_batch`: SVGD (Liu & Wang 2016, eq. 8; GPVI paper eq. 13), the
   expectation over the batch itself or over an independent batch (amortised SVGD, ALF's svgd3);
+* `svgd_direction_rows`, `wsgld_direction_rows`, `pisgld_direction_rows`: the same directions for a block of
+  query rows against all n (one rank's share of a ranked step, `inference_core.distributed`);
 * `gfsf_direction`: the Wasserstein gradient with the smoothed-function score estimate (Liu et al. 2019, §3.3);
 * `wsgld_direction`, `pisgld_direction`: w-SGLD-B and pi-SGLD (Chen et al. 2018, as in Table 1 of the
   f-POVI paper, Wang et al. 2019);
@@ -20,6 +22,8 @@ direction with the Jacobian inverse in `methods.generative.gpvi_math`.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -77,6 +81,37 @@ def svgd_direction(x: Tensor, score: Tensor, kernel: KernelLike, *, entropy_weig
     n = x.shape[0]
     drive = kernel_matmul(x, None, score, kernel, **kw) / n
     return drive + entropy_weight * kernel_grad_sum(x, kernel, **kw) / n
+
+
+def svgd_direction_rows(x: Tensor, score: Tensor, kernel: KernelLike, start: int, stop: int, *,
+                        entropy_weight: float = 1.0, sq: Tensor | None = None, backend: str = "auto",
+                        precision: str = "ieee", gather: Callable[[Tensor], Tensor] | None = None) -> Tensor:
+    """Rows [start, stop) of `svgd_direction`, [stop − start, d]: the expectation over all n particles, evaluated
+    for the query rows only (one rank's share of a ranked step, `inference_core.distributed`; (stop − start)·n
+    kernel entries instead of n²):
+
+        φ(x_i) = (1/n) Σ_j [k(x_j, x_i) s(x_j) + ent · g_ij (x_i − x_j)],   i ∈ [start, stop)   (SVGD eq. 8),
+
+    as K(x_rows, x)·[s, x, 1]/n (RBF: g = (2/h) k, one pass) or two passes (IMQ: g is another kernel), every point
+    centred by the mean of all n first. `sq`: the [n, n] squared distances the bandwidth rule formed
+    (`BandwidthRule.with_sq_dists`), read (columns [start, stop)), not consumed. `gather` is not used (the
+    signature of the other `*_rows` directions). Equal to `svgd_direction(...)[start:stop]` up to the order of
+    the additions."""
+    kernel = as_kernel(kernel)
+    n, d = x.shape
+    xc, _ = centre(x)
+    rows = xc[start:stop]
+    ones = xc.new_ones(n, 1)
+    scale, gkernel = gradient_weight_kernel(kernel)
+    cols = None if sq is None else sq[:, start:stop]  # ||x_j − x_i||², [n, rows]
+    kw = {"backend": backend, "precision": precision}
+    if gkernel is kernel:
+        KV = cross_kernel_matmul(rows, xc, torch.cat([score, xc, ones], dim=1) / n, kernel, cols, **kw)
+        drive, k_x, k_sum = KV[:, :d], KV[:, d: 2 * d], KV[:, 2 * d:]
+        return drive + entropy_weight * scale * (k_sum * rows - k_x)
+    drive = cross_kernel_matmul(rows, xc, score / n, kernel, cols, **kw)
+    G = cross_kernel_matmul(rows, xc, torch.cat([xc, ones], dim=1) / n, gkernel, cols, **kw)
+    return drive + entropy_weight * scale * (G[:, d:] * rows - G[:, :d])
 
 
 def svgd_direction_two_batch(x: Tensor, y: Tensor, score_y: Tensor, kernel: KernelLike, *,
@@ -157,6 +192,41 @@ def wsgld_direction(x: Tensor, score: Tensor, kernel: KernelLike, *, backend: st
     return score + first + repulsion * inv
 
 
+def wsgld_direction_rows(x: Tensor, score: Tensor, kernel: KernelLike, start: int, stop: int, *,
+                         gather: Callable[[Tensor], Tensor], sq: Tensor | None = None, backend: str = "auto",
+                         precision: str = "ieee") -> Tensor:
+    """Rows [start, stop) of `wsgld_direction` (w-SGLD-B, Chen et al. 2018; f-POVI Table 1), one rank's share:
+
+        φ(x_i) = s_i + Σ_j g_ij (x_i − x_j) / S_j + Σ_j g_ij (x_i − x_j) / S_i,   S_i = Σ_l k(x_i, x_l),
+
+    for i ∈ [start, stop), against all n particles. The first term needs S_j for every j: each rank forms its own
+    rows' S (one pass, K(x_rows, x)·1) and `gather` (the ranks' all-gather of rows, in rank order) assembles all n;
+    then one pass K_g(x_rows, x)·[1, x, 1/S, x/S] gives both repulsions. `sq` is not used. Equal to
+    `wsgld_direction(...)[start:stop]` up to the order of the additions."""
+    kernel = as_kernel(kernel)
+    kw = {"backend": backend, "precision": precision}
+    xc, _ = centre(x)
+    n, d = x.shape
+    rows = xc[start:stop]
+    ones = xc.new_ones(n, 1)
+    inv = 1.0 / gather(kernel_matmul(rows, xc, ones, kernel, **kw))  # 1/S_j, [n, 1]
+    scale, gkernel = gradient_weight_kernel(kernel)
+    G = kernel_matmul(rows, xc, torch.cat([ones, xc, inv, inv * xc], dim=1), gkernel, **kw)
+    repulsion = scale * (rows * G[:, :1] - G[:, 1: 1 + d])  # Σ_j g_ij (x_i − x_j)
+    first = scale * (rows * G[:, 1 + d: 2 + d] - G[:, 2 + d:])  # Σ_j g_ij (x_i − x_j)/S_j
+    return score[start:stop] + first + repulsion * inv[start:stop]
+
+
+def pisgld_direction_rows(x: Tensor, score: Tensor, kernel: KernelLike, start: int, stop: int, *,
+                          gather: Callable[[Tensor], Tensor], sq: Tensor | None = None, backend: str = "auto",
+                          precision: str = "ieee") -> Tensor:
+    """Rows [start, stop) of `pisgld_direction`: (w-SGLD-B + SVGD)/2 (`wsgld_direction_rows`,
+    `svgd_direction_rows`), one rank's share."""
+    kw = {"backend": backend, "precision": precision}
+    return 0.5 * (wsgld_direction_rows(x, score, kernel, start, stop, gather=gather, **kw)
+                  + svgd_direction_rows(x, score, kernel, start, stop, **kw))
+
+
 def pisgld_direction(x: Tensor, score: Tensor, kernel: KernelLike, *, backend: str = "auto",
                      precision: str = "ieee") -> Tensor:
     """pi-SGLD (Chen et al. 2018) as the f-POVI paper's Table 1 and its authors' code use it:
@@ -224,10 +294,13 @@ __all__ = [
     "gfsf_direction",
     "jacobian_trace",
     "pisgld_direction",
+    "pisgld_direction_rows",
     "reuses_sq_dists",
     "stein_critic_loss",
     "svgd_direction",
+    "svgd_direction_rows",
     "svgd_direction_two_batch",
     "trace_method",
     "wsgld_direction",
+    "wsgld_direction_rows",
 ]

@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from inference_core.methods.base import KernelParticleMethod
-from inference_core.methods.directions import pisgld_direction
+from inference_core.methods.directions import pisgld_direction, pisgld_direction_rows
 from inference_core.schemas.methods import PiSGLDOptions
 from inference_core.targets.base import Target
 
@@ -23,6 +23,7 @@ __all__ = ["PiSGLD", "pisgld_direction"]
 class PiSGLD(KernelParticleMethod):
     name = "pisgld"
     options: PiSGLDOptions
+    rank_sharing = "particles"
 
     def __init__(self, target: Target, options: PiSGLDOptions, num_particles: int, seed: int,
                  device: torch.device):
@@ -32,3 +33,7 @@ class PiSGLD(KernelParticleMethod):
         score = self.moved.score(x, batch)
         h = self.bandwidth_rule(x)
         return pisgld_direction(x, score, self.kernel(h), **self.pairwise), {"bandwidth": float(h)}
+
+    def direction_rows(self, x: Tensor, score: Tensor, start: int, stop: int) -> tuple[Tensor, dict[str, float]]:
+        """Rows [start, stop) of `direction`'s φ (a ranked step; its row sums gathered from the ranks)."""
+        return self.gathered_direction_rows(pisgld_direction_rows, x, score, start, stop)

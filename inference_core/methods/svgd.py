@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from inference_core.methods.base import KernelParticleMethod
-from inference_core.methods.directions import reuses_sq_dists, svgd_direction
+from inference_core.methods.directions import reuses_sq_dists, svgd_direction, svgd_direction_rows
 from inference_core.schemas.methods import SVGDOptions
 from inference_core.targets.base import Target
 
@@ -19,6 +19,7 @@ from inference_core.targets.base import Target
 class SVGD(KernelParticleMethod):
     name = "svgd"
     options: SVGDOptions
+    rank_sharing = "particles"
 
     def __init__(self, target: Target, options: SVGDOptions, num_particles: int, seed: int,
                  device: torch.device):
@@ -34,4 +35,16 @@ class SVGD(KernelParticleMethod):
         else:
             h = self.bandwidth_rule(x)
         phi = svgd_direction(x, score, self.kernel(h), sq=sq, **self.pairwise)
+        return phi, {"bandwidth": float(h)}
+
+    def direction_rows(self, x: Tensor, score: Tensor, start: int, stop: int) -> tuple[Tensor, dict[str, float]]:
+        """Rows [start, stop) of `direction`'s φ (a ranked step): the bandwidth from all n particles, as on one rank
+        (its distance matrix read for the rows' kernel where the direction can take it), then
+        `svgd_direction_rows`."""
+        sq = None
+        if reuses_sq_dists(x, self.kernel_options.name, **self.pairwise):
+            h, sq = self.bandwidth_rule.with_sq_dists(x)
+        else:
+            h = self.bandwidth_rule(x)
+        phi = svgd_direction_rows(x, score, self.kernel(h), start, stop, sq=sq, **self.pairwise)
         return phi, {"bandwidth": float(h)}

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from inference_core.methods.base import KernelParticleMethod
-from inference_core.methods.directions import wsgld_direction
+from inference_core.methods.directions import wsgld_direction, wsgld_direction_rows
 from inference_core.schemas.methods import WSGLDOptions
 from inference_core.targets.base import Target
 
@@ -27,6 +27,7 @@ __all__ = ["WSGLD", "wsgld_direction"]
 class WSGLD(KernelParticleMethod):
     name = "wsgld"
     options: WSGLDOptions
+    rank_sharing = "particles"
 
     def __init__(self, target: Target, options: WSGLDOptions, num_particles: int, seed: int,
                  device: torch.device):
@@ -36,3 +37,7 @@ class WSGLD(KernelParticleMethod):
         score = self.moved.score(x, batch)
         h = self.bandwidth_rule(x)
         return wsgld_direction(x, score, self.kernel(h), **self.pairwise), {"bandwidth": float(h)}
+
+    def direction_rows(self, x: Tensor, score: Tensor, start: int, stop: int) -> tuple[Tensor, dict[str, float]]:
+        """Rows [start, stop) of `direction`'s φ (a ranked step; its row sums gathered from the ranks)."""
+        return self.gathered_direction_rows(wsgld_direction_rows, x, score, start, stop)

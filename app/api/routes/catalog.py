@@ -22,6 +22,8 @@ def list_methods(_tenant: CurrentTenant) -> MethodList:
                 paper=m.paper,
                 target_kinds=sorted(m.target_kinds),
                 options_schema=m.schema.model_json_schema(),
+                max_processes=m.max_processes,
+                shares=m.shares,
             )
             for m in METHODS.values()
         ]

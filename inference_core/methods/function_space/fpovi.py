@@ -43,7 +43,14 @@ from torch import Tensor
 from inference_core import errors
 from inference_core.kernels import Kernel, bandwidth_rule_from_options, kernel_from_options
 from inference_core.methods.base import Method, check_direction
-from inference_core.methods.directions import pisgld_direction, svgd_direction, wsgld_direction
+from inference_core.methods.directions import (
+    pisgld_direction,
+    pisgld_direction_rows,
+    svgd_direction,
+    svgd_direction_rows,
+    wsgld_direction,
+    wsgld_direction_rows,
+)
 from inference_core.methods.function_space.moments import fit_gaussian, gaussian_score, prior_columns
 from inference_core.methods.optim import build_optimizer
 from inference_core.schemas.function_space import FunctionSpaceDirectionOptions, FunctionSpacePOVIOptions
@@ -256,6 +263,9 @@ class FunctionSpacePOVI(FunctionSpaceDirection, Method):
     name = "function_space_povi"
     options: FunctionSpacePOVIOptions
     povi_direction: Direction = staticmethod(svgd_direction)
+    #: rows [start, stop) of `povi_direction` against all n (the ranked step, `_ranked_step`)
+    povi_direction_rows: Direction = staticmethod(svgd_direction_rows)
+    rank_sharing = "networks"
 
     def __init__(self, target: Target, options: FunctionSpacePOVIOptions, num_particles: int, seed: int,
                  device: torch.device):
@@ -305,6 +315,8 @@ class FunctionSpacePOVI(FunctionSpaceDirection, Method):
     # ---- step ------------------------------------------------------------------------------------------
 
     def step(self) -> dict[str, float]:
+        if self.ranks.world_size > 1:
+            return self._ranked_step()
         started = time.perf_counter()
         batch = self.target.sample_batch(self.generator)
         _, y = self.target.rows(batch)  # type: ignore[attr-defined]
@@ -324,6 +336,59 @@ class FunctionSpacePOVI(FunctionSpaceDirection, Method):
             info["noise_std"] = self.fixed_noise_std
         self.step_count += 1
         force = float(direction.reshape(direction.shape[0], -1).square().sum(-1).mean().sqrt())
+        return {"step_time_s": time.perf_counter() - started, "bandwidth": h, "function_force_norm": force, **info}
+
+    def _ranked_step(self) -> dict[str, float]:
+        """`step` with the networks shared by the ranks (`rank_sharing` "networks", `inference_core.distributed`).
+        Every rank holds all n weight vectors, σ's and optimiser states, identical on every rank; it draws the same
+        minibatch, mixed batch and prior functions (the generator's state is the same everywhere), evaluates the
+        function values and their score (lines 4-5 of Algorithm 1) for its own networks [lo, hi) only, all-gathers
+        values and scores (one collective), and computes the POVI direction v for its own rows against all n
+        (`povi_direction_rows`, the bandwidth from all n as on one rank) and its own rows' pull-back (∂F/∂θ_i)ᵀ v_i
+        (eq. 4). The rows' gradients and directions are all-gathered (one collective) and the same weight step, and
+        the same σ step on the gathered values, are taken on every rank. Same update as `step` up to the order of
+        the kernel sums' additions."""
+        started = time.perf_counter()
+        group = self.ranks
+        n = self.num_particles
+        lo, hi = group.bounds(n)
+        batch = self.target.sample_batch(self.generator)
+        _, y = self.target.rows(batch)  # type: ignore[attr-defined]
+        scale = self.target.likelihood_scale(batch)  # type: ignore[attr-defined]
+        points, n_train = self.mixed_batch(batch)
+        own = self.weights.detach()[lo:hi].requires_grad_(True)
+        with torch.enable_grad():
+            outputs = self.function_values(own, points)
+        values_own = outputs.detach()
+        shape = values_own.shape[1:]
+        width = values_own[0].numel()
+        log_std = F.softplus(self.std_raw.detach()).log() if self.task == "regression" else None
+        own_log_std = None if log_std is None else log_std[lo:hi]
+        score_own = self.function_score(values_own, points, n_train, y, scale, own_log_std)
+        joined = group.all_gather_rows(torch.cat([values_own.reshape(hi - lo, width),
+                                                  score_own.reshape(hi - lo, width)], dim=1), n)
+        flat, score = joined[:, :width].contiguous(), joined[:, width:].contiguous()
+        kernel, h = self.kernel(flat)
+        kw = {"backend": self.options.kernel.backend, "precision": self.options.kernel.precision}
+        direction_own = type(self).povi_direction_rows(
+            flat, score, kernel, lo, hi, gather=lambda rows: group.all_gather_rows(rows, n), **kw)
+        grad_own = self.function_vjp(outputs, own, direction_own.reshape(values_own.shape))
+        joined = group.all_gather_rows(torch.cat([grad_own, direction_own.to(grad_own.dtype)], dim=1), n)
+        grad, direction = joined[:, : grad_own.shape[1]], joined[:, grad_own.shape[1]:]
+        check_direction(direction, self.step_count + 1)
+        if self.options.pullback == "mse":
+            grad = grad * (2.0 / (n * width))
+        self.optimizer.zero_grad(set_to_none=False)
+        self.weights.grad = -grad
+        self.optimizer.step()
+
+        info: dict[str, float] = {}
+        if self.noise_learned:
+            info["noise_std"] = self._noise_step(flat.reshape(n, *shape)[:, :n_train], y, scale)
+        elif self.task == "regression":
+            info["noise_std"] = self.fixed_noise_std
+        self.step_count += 1
+        force = float(direction.square().sum(-1).mean().sqrt())
         return {"step_time_s": time.perf_counter() - started, "bandwidth": h, "function_force_norm": force, **info}
 
     def _noise_step(self, values: Tensor, y: Tensor, scale: float) -> float:
@@ -381,6 +446,7 @@ class FSVGD(FunctionSpacePOVI):
 
     name = "fsvgd"
     povi_direction = staticmethod(svgd_direction)
+    povi_direction_rows = staticmethod(svgd_direction_rows)
 
 
 class FWSGLD(FunctionSpacePOVI):
@@ -388,6 +454,7 @@ class FWSGLD(FunctionSpacePOVI):
 
     name = "fwsgld"
     povi_direction = staticmethod(wsgld_direction)
+    povi_direction_rows = staticmethod(wsgld_direction_rows)
 
 
 class FPiSGLD(FunctionSpacePOVI):
@@ -395,3 +462,4 @@ class FPiSGLD(FunctionSpacePOVI):
 
     name = "fpisgld"
     povi_direction = staticmethod(pisgld_direction)
+    povi_direction_rows = staticmethod(pisgld_direction_rows)

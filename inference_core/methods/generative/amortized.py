@@ -24,7 +24,12 @@ from torch import Tensor
 
 from inference_core.kernels import RBF
 from inference_core.methods.critic import CriticBatch, KSDCritic
-from inference_core.methods.directions import gfsf_direction, svgd_direction, svgd_direction_two_batch
+from inference_core.methods.directions import (
+    gfsf_direction,
+    svgd_direction,
+    svgd_direction_rows,
+    svgd_direction_two_batch,
+)
 from inference_core.methods.generative import gpvi_math
 from inference_core.methods.generative.base import GenerativeMethod, expectation_size
 from inference_core.schemas.generative import (
@@ -55,8 +60,16 @@ class _KernelAmortized(GenerativeMethod):
 class AmortizedSVGD(_KernelAmortized):
     name = "amortized_svgd"
     options: AmortizedSVGDOptions
+    rank_sharing = "batch"
+
+    def ranked_rows(self) -> tuple[int, ...]:
+        if self.options.expectation == "independent":
+            return (self.num_particles, self.expectation_particles)
+        return (self.num_particles,)
 
     def train_step(self) -> dict[str, float]:
+        if self.ranks.world_size > 1:
+            return self._ranked_train_step()
         independent = self.options.expectation == "independent"
         z = self.noise(self.num_particles)
         z_expect = self.noise(self.expectation_particles) if independent else None
@@ -77,6 +90,44 @@ class AmortizedSVGD(_KernelAmortized):
             phi = svgd_direction(xd, self.view.score(xd, batch), RBF(h), entropy_weight=ent, backend=backend)
         self.pullback(x, phi)
         return {"bandwidth": h, "direction_norm": float(phi.square().sum(-1).mean().sqrt())}
+
+
+    def _ranked_train_step(self) -> dict[str, float]:
+        """`train_step` with the batch shared by the ranks (`inference_core.distributed`): the whole noise batches
+        and minibatch drawn on every rank (the same RNG state: the same draws as one rank); each rank forms f_θ(z_i)
+        for its rows i (with a graph) and, independent, f(z'_j) and its score for its rows j; batch, expectation
+        points and scores are all-gathered; the bandwidth from the whole distances (as one rank); φ for own rows i
+        against the whole expectation (`svgd_direction_two_batch` on the rows, or `svgd_direction_rows`), then
+        `ranked_pullback` (the generator's gradients all-reduced)."""
+        group = self.ranks
+        n = self.num_particles
+        lo, hi = group.bounds(n)
+        independent = self.options.expectation == "independent"
+        z = self.noise(n)
+        z_expect = self.noise(self.expectation_particles) if independent else None
+        batch = self.target.sample_batch(self.rng)
+        x = self.network(z[lo:hi])
+        x_rows = x.detach()
+        xd = group.all_gather_rows(x_rows, n)
+        ent, backend = self.options.entropy_weight, self.options.backend
+        if independent:
+            n_expect = self.expectation_particles
+            elo, ehi = group.bounds(n_expect)
+            with torch.no_grad():
+                x_own = self.network(z_expect[elo:ehi])
+            d = x_own.shape[1]
+            joined = group.all_gather_rows(torch.cat([x_own, self.view.score(x_own, batch)], dim=1), n_expect)
+            x_expect, score_expect = joined[:, :d].contiguous(), joined[:, d:].contiguous()
+            sq = gpvi_math.squared_distances(x_expect, xd)
+            h = self.bandwidth(sq, distinct_pairs=False)
+            phi = svgd_direction_two_batch(x_rows, x_expect, score_expect, RBF(h), entropy_weight=ent,
+                                           sq=sq[:, lo:hi], backend=backend)
+        else:
+            h = self.bandwidth(gpvi_math.squared_distances(xd, xd), distinct_pairs=True)
+            score = group.all_gather_rows(self.view.score(x_rows, batch), n)
+            phi = svgd_direction_rows(xd, score, RBF(h), lo, hi, entropy_weight=ent, backend=backend)
+        (phi2,) = self.ranked_pullback(x, phi, [phi.square().sum()], batch=xd)
+        return {"bandwidth": h, "direction_norm": (phi2 / n) ** 0.5}
 
 
 class AmortizedGFSF(_KernelAmortized):

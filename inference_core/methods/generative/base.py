@@ -255,6 +255,41 @@ class GenerativeMethod(Method):
             optimizer_step(self.lambda_optimizer)
         self.last_batch = points.detach()
 
+    def ranked_pullback(self, points: Tensor, direction: Tensor, stats: list[Tensor] | None = None,
+                        batch: Tensor | None = None) -> list[float]:
+        """`pullback` with the batch shared by the ranks (`rank_sharing` "batch", `inference_core.distributed`):
+        `points` = f_θ(z_i) for this rank's rows i [lo, hi) of the batch (with their graph to θ) and `direction`
+        φ_i for the same rows. Each rank back-propagates its part −(1/n) Σ_{i ∈ own} φ_i·f_θ(z_i) of the surrogate
+        (GPVI eq. 4 / eq. 14, n the whole batch), so the SUM of the ranks' θ-gradients, all-reduced, is the one-rank
+        gradient −(1/n) Σ_i (∂f_θ(z_i)/∂θ)ᵀ φ_i up to the order of the additions; then the same optimiser step (and
+        λ's) on every rank keeps the generators identical. In the same all-reduce: a flag that raises
+        `errors.Diverged` on every rank when any rank's direction is not finite, and `stats` (0-dim or 1-element
+        local sums for the metrics), returned summed. `batch`: the whole batch f_θ(z) when the caller has gathered
+        it already (else it is gathered here); it becomes `particles()`."""
+        group = self.ranks
+        n = self.num_particles
+        surrogate = -(direction.detach() * points).sum() / n
+        zero_grads(self.optimizer)
+        if self.lambda_optimizer is not None:
+            zero_grads(self.lambda_optimizer)
+        surrogate.backward()
+        # the parameters the surrogate reaches: the same on every rank (every rank has rows; same graph)
+        grads = [p.grad for opt in (self.optimizer, self.lambda_optimizer) if opt is not None
+                 for param_group in opt.param_groups for p in param_group["params"] if p.grad is not None]
+        flag = (direction * 0.0).sum().isnan().to(points.dtype)  # as check_direction
+        extra = torch.stack([flag, *[s.detach().reshape(()).to(points.dtype) for s in (stats or [])]])
+        group.all_reduce_sum_([*grads, extra])
+        if float(extra[0]) > 0:
+            raise errors.Diverged(f"the update direction became non-finite at step {self.step_count + 1}")
+        optimizer_step(self.optimizer)
+        if self.lambda_optimizer is not None:
+            optimizer_step(self.lambda_optimizer)
+        self.last_batch = batch if batch is not None else group.all_gather_rows(points.detach(), n)
+        return [float(v) for v in extra[1:]]
+
+    def ranked_rows(self) -> tuple[int, ...]:
+        return (self.num_particles, getattr(self, "expectation_particles", self.num_particles))
+
     def apply_direction(self, x: Tensor, phi: Tensor) -> None:
         """The former name of `pullback` (kept for existing callers; a subclass's `pullback` applies)."""
         self.pullback(x, phi)

@@ -61,6 +61,7 @@ DEFAULT_BNN_STRUCTURE = "residual"
 
 class _GPVIBase(GenerativeMethod):
     options: GPVIExpectationOptions
+    rank_sharing = "batch"
 
     def __init__(self, target: Target, options: GPVIExpectationOptions, num_particles: int, seed: int,
                  device: torch.device):
@@ -98,28 +99,83 @@ class _GPVIBase(GenerativeMethod):
             return float(rule.value)
         return gpvi_math.median_bandwidth(sq, rule.divisor, self.num_particles, distinct_pairs=self.same_batch)
 
-    def prepare(self, with_jacobian: bool) -> dict[str, Any]:
-        """Steps 1–3 of the module docstring, and the generator's Jacobian at z' (`jac`; with `with_jacobian`
-        also J_φ(z'), whose forward pass gives φ(z') for x' = f(z'))."""
+    # ---- the ranked step (`inference_core.distributed`, rank_sharing "batch") ----------------------------------
+    #
+    # Every rank holds the whole generator, helper and their optimisers, identical on every rank, and draws the
+    # whole noise batches, minibatch and probes from the method's RNG (the same state everywhere, so the same
+    # draws as one rank). Rank r then works on its rows: i ∈ [lo, hi) of the updated batch z (its forward
+    # f_θ(z_i) with a graph, its direction φ_i, its part of the surrogate) and j ∈ [elo, ehi) of the expectation
+    # batch z' (f(z'_j) and its score, J_φ(z'_j), the matrix helper's P_j and its loss terms, the exact solve).
+    # The per-z' rows of the kernel sums (gpvi_math.matrix_pieces) are all-gathered, each rank forms the sums for
+    # its rows i against all n' (the O(n·n') kernel work split k ways), and the helper's and the generator's
+    # gradients are all-reduced (the sum of the ranks' parts of each 1/N mean) before the same optimiser steps.
+    # Not shared: the n'×n noise distances and their median (the bandwidth; every rank forms them, as one rank
+    # does) and the φ forward at all z' that the pairwise helper's VJPs need.
+
+    def prepare(self, with_jacobian: bool, all_expectation_jacobian: bool = False) -> dict[str, Any]:
+        """Steps 1–3 of the module docstring for this rank's rows (all of them on one rank): z and z' whole,
+        x = f(z_i) for own i (with a graph), f(z'_j), its score and J_φ(z'_j) for own j (with `with_jacobian`; its
+        forward pass gives φ(z') for x' = f(z')), the whole n'×n distances and h. `jac`, the generator's Jacobian,
+        is at own z'_j, or at all z' with `all_expectation_jacobian` (the pairwise helper)."""
+        group = self.ranks
         n, n_expect = self.num_particles, self.expectation_particles
+        lo, hi = group.bounds(n)
+        elo, ehi = group.bounds(n_expect)
         z = self.noise(n)
         z_expect = z if self.same_batch else self.noise(n_expect)
         batch = self.target.sample_batch(self.rng)
-        x = self.network(z)
-        with_jacobian = with_jacobian or self.network.coupling  # the coupling factors need J_φ
-        jac = GeneratorJacobian(self.network, z_expect)
+        x = self.network(z[lo:hi])
+        with_jacobian = with_jacobian or self.network.coupling
+        own_expect = z_expect[elo:ehi]
+        jac = GeneratorJacobian(self.network, z_expect if all_expectation_jacobian else own_expect)
         features_jacobian = None
         with torch.no_grad():
             if with_jacobian:
                 features, features_jacobian = jac.features_and_jacobian()
-                x_expect = self.network.head(features, z_expect)
+                x_expect = self.network.head(features, own_expect)
             else:
-                x_expect = self.network(z_expect)
+                x_expect = self.network(own_expect)
         score_expect = self.view.score(x_expect, batch)
         sq = gpvi_math.squared_distances(z_expect, z)
         h = self.bandwidth(sq)
         return {"z": z, "z_expect": z_expect, "x": x, "score_expect": score_expect, "sq": sq, "h": h, "jac": jac,
-                "features_jacobian": features_jacobian}
+                "features_jacobian": features_jacobian, "rows": (lo, hi), "expect_rows": (elo, ehi)}
+
+    def ranked_matrix_terms(self, jac: GeneratorJacobian, P: Tensor, features_jacobian: Tensor | None,
+                            batch: dict[str, Any], lam: float, exact: bool = False) -> tuple[Tensor, Tensor]:
+        """`matrix_terms` for this rank's rows i from its rows j of (score, P, coupling): the pieces of
+        gpvi_math.matrix_pieces gathered over the ranks (one collective), then the kernel sums of own rows i against
+        all n' (gpvi_math.matrix_direction's sums and combination). With `exact`, a singular solve on any rank
+        (NaN rows of P) raises `errors.Diverged` on every rank."""
+        z, z_expect = batch["z"], batch["z_expect"]
+        (lo, hi), (elo, ehi) = batch["rows"], batch["expect_rows"]
+        z_rows, own_expect = z[lo:hi], z_expect[elo:ehi]
+        n_expect, k = z_expect.shape[0], P.shape[-1]
+        coupling = jac.coupling_factors(features_jacobian, z_rows, own_expect) if self.noise_dim > jac.k else None
+        pieces = gpvi_math.matrix_pieces(own_expect, batch["score_expect"], P,
+                                         None if coupling is None else (coupling[0], coupling[2]))
+        widths = [piece.shape[1] for piece in pieces]
+        joined = self.ranks.all_gather_rows(torch.cat(pieces, dim=1), n_expect)
+        d = widths[0]
+        if exact and bool(torch.isnan(joined[:, d: d + k * k]).any()):
+            raise errors.Diverged(f"the generator's Jacobian became singular at step {self.step_count + 1}; "
+                                  "increase lambda or lower the learning rate")
+        (sums,) = gpvi_math.cross_kernel_matmuls(z_rows, z_expect, [joined], batch["h"], batch["sq"][:, lo:hi],
+                                                 scale=1.0 / n_expect)
+        return gpvi_math.matrix_combine(z_rows, list(torch.split(sums, widths, dim=1)), k, batch["h"], lam,
+                                        None if coupling is None else coupling[1], self.options.entropy_weight)
+
+    def ranked_exact_step(self, batch: dict[str, Any], lam: float) -> dict[str, float]:
+        """The exact top block (`gpvi_exact`, a coupling generator) for own z'_j, then the shared reduction and
+        the ranked pull-back; a singular block on any rank raises `errors.Diverged` on every rank."""
+        jac, features_jacobian = batch["jac"], batch["features_jacobian"]
+        try:
+            P = jac.top_inverse_transpose(features_jacobian, lam)
+        except torch.linalg.LinAlgError:
+            P = torch.full((jac.z_prefix.shape[0], jac.k, jac.k), float("nan"), dtype=self.dtype, device=self.device)
+        drive, repulsion = self.ranked_matrix_terms(jac, P, features_jacobian, batch, lam, exact=True)
+        (rep2,) = self.ranked_pullback(batch["x"], drive + repulsion, [repulsion.square().sum()])
+        return {"bandwidth": batch["h"], "repulsion_norm": (rep2 / self.num_particles) ** 0.5}
 
     def matrix_terms(self, jac: GeneratorJacobian, P: Tensor, features_jacobian: Tensor | None,
                      batch: dict[str, Any], lam: float) -> tuple[Tensor, Tensor]:
@@ -155,6 +211,8 @@ class GPVI(_GPVIBase):
         self.helper_optimizer = make_optimizer(self.helper.parameters(), opts.resolved_optimizer())
 
     def train_step(self) -> dict[str, float]:
+        if self.ranks.world_size > 1:
+            return self._ranked_train_step()
         batch = self.prepare(with_jacobian=self.options.helper == "matrix")
         lam = self.network.lam_float()
         jac = batch["jac"]
@@ -171,6 +229,80 @@ class GPVI(_GPVIBase):
         self.pullback(batch["x"], drive + repulsion)
         return {"bandwidth": batch["h"], "helper_loss": loss,
                 "repulsion_norm": float(repulsion.square().sum(-1).mean().sqrt())}
+
+    def _ranked_train_step(self) -> dict[str, float]:
+        """`train_step` with the batch shared by the ranks (see "the ranked step" above): the coupling generator's
+        exact block, the matrix helper (its P_j and loss terms for own z'_j) or the pairwise helper (its pairs
+        (i, z'_j) for own rows i against all z')."""
+        pairwise = self.options.helper == "pairwise" and not self.network.coupling
+        batch = self.prepare(with_jacobian=self.options.helper == "matrix", all_expectation_jacobian=pairwise)
+        lam = self.network.lam_float()
+        if self.network.coupling:
+            return self.ranked_exact_step(batch, lam)
+        if pairwise:
+            drive, repulsion, loss = self._ranked_pairwise(batch["jac"], batch, lam)
+        else:
+            drive, repulsion, loss = self._ranked_matrix(batch["jac"], batch, lam)
+        (rep2,) = self.ranked_pullback(batch["x"], drive + repulsion, [repulsion.square().sum()])
+        return {"bandwidth": batch["h"], "helper_loss": loss, "repulsion_norm": (rep2 / self.num_particles) ** 0.5}
+
+    def _ranked_helper_update(self, loss_part: Tensor) -> float:
+        """One helper step from this rank's part of its loss (the ranks' parts sum to the loss): back-propagate the
+        part, all-reduce the gradients and the part (one collective), step. Returns the whole loss."""
+        zero_grads(self.helper_optimizer)
+        loss_part.backward()
+        total = loss_part.detach().reshape(1).clone()
+        grads = [p.grad for p in self.helper.parameters() if p.grad is not None]
+        self.ranks.all_reduce_sum_([*grads, total])
+        optimizer_step(self.helper_optimizer)
+        return float(total)
+
+    def _ranked_pairwise(self, jac: GeneratorJacobian, batch: dict[str, Any], lam: float
+                         ) -> tuple[Tensor, Tensor, float]:
+        """`_pairwise` for own rows i against all z' (`jac` at all z'): the helper's loss is the mean over all
+        n·n'·k residual entries, so each rank's part is its rows' sum of squares over that count."""
+        z, z_expect, h = batch["z"], batch["z_expect"], batch["h"]
+        lo, hi = batch["rows"]
+        z_rows = z[lo:hi]
+        k = jac.k
+        score_expect = self.ranks.all_gather_rows(batch["score_expect"], z_expect.shape[0])
+        K = torch.exp(-batch["sq"][:, lo:hi] / h)  # [n', rows]
+        v = gpvi_math.kernel_gradients(K, z_expect, z_rows, h)  # [rows, n', D]
+        w = gpvi_math.block_rhs(v, k, lam, jac.coupling_vjp if self.noise_dim > k else None)
+        z_in = z_expect[:, :k].unsqueeze(0).expand(z_rows.shape[0], -1, -1)
+        count = self.num_particles * z_expect.shape[0] * k
+        for _ in range(self.options.helper_network.steps):
+            y = self.helper(z_in, w)
+            residual = gpvi_math.transpose_top_product(y, jac.w_top, lam, jac.top_vjp()) - w
+            loss = self._ranked_helper_update(residual.square().sum() / count)
+        repulsion = gpvi_math.pairwise_repulsion(y.detach(), v, k, lam)
+        drive = gpvi_math.driving_term(K, score_expect)
+        return drive, self.options.entropy_weight * repulsion, loss
+
+    def _ranked_matrix(self, jac: GeneratorJacobian, batch: dict[str, Any], lam: float
+                       ) -> tuple[Tensor, Tensor, float]:
+        """`_matrix` for own z'_j: the probes are drawn whole (the RNG stays in step) and each rank takes its
+        columns; gpvi_math.matrix_helper_loss's mean over its own q·n'_r·k entries is rescaled to the whole
+        q·n'·k, so the ranks' losses and dL/dP-driven gradients sum to one rank's."""
+        k, z_prefix = jac.k, jac.z_prefix
+        n_expect = batch["z_expect"].shape[0]
+        elo, ehi = batch["expect_rows"]
+        features_jacobian = batch["features_jacobian"]
+        system = gpvi_math.top_system(jac.top_block(features_jacobian), lam)
+        probes_per_point = self.options.helper_network.probes
+        share = (ehi - elo) / n_expect
+        for _ in range(self.options.helper_network.steps):
+            probes = torch.randn(probes_per_point, n_expect, k, generator=self.rng, dtype=self.dtype).to(self.device)
+            P = self.helper(z_prefix)  # own z'_j: [rows, k, k]
+            part, grad_P = gpvi_math.matrix_helper_loss(system, P, probes[:, elo:ehi])
+            self.helper.backward_into_grad(grad_P.mul_(share))
+            total = (part * share).reshape(1)
+            grads = [p.grad for p in self.helper.parameters() if p.grad is not None]
+            self.ranks.all_reduce_sum_([*grads, total])
+            optimizer_step(self.helper_optimizer)
+            loss = float(total)
+        drive, repulsion = self.ranked_matrix_terms(jac, P, features_jacobian, batch, lam)
+        return drive, repulsion, loss
 
     def _helper_update(self, loss: Tensor) -> None:
         zero_grads(self.helper_optimizer)
@@ -225,6 +357,8 @@ class GPVIExact(_GPVIBase):
     options: GPVIExactOptions
 
     def train_step(self) -> dict[str, float]:
+        if self.ranks.world_size > 1:
+            return self.ranked_exact_step(self.prepare(with_jacobian=True), self.network.lam_float())
         batch = self.prepare(with_jacobian=True)
         lam = self.network.lam_float()
         jac, features_jacobian = batch["jac"], batch["features_jacobian"]

@@ -159,19 +159,37 @@ def matrix_direction(z: Tensor, z_expect: Tensor, score_expect: Tensor, h: float
     D = z.shape[1]
     if (coupling is None) != (k == D):
         raise ValueError("the coupling (Q, u, u') is needed exactly when the noise is wider than k")
+    pieces = matrix_pieces(z_expect, score_expect, P, None if coupling is None else (coupling[0], coupling[2]))
+    sums = cross_kernel_matmuls(z, z_expect, pieces, h, sq, backend, scale=1.0 / n_expect)
+    return matrix_combine(z, sums, k, h, lam, None if coupling is None else coupling[1], entropy_weight)
+
+
+def matrix_pieces(z_expect: Tensor, score_expect: Tensor, P: Tensor, coupling: tuple[Tensor, Tensor] | None
+                  ) -> list[Tensor]:
+    """The per-z' rows V_j that `matrix_direction` sums against the kernel, [n', ·] each: s_j, P_j, P_j z'_j,₁ and,
+    with the coupling (Q [n', k, m], u' [n', m]), R_j = P_j Q_j, R_j u'_j, z'_j,₂ and 1. Row j depends on z'_j only,
+    so ranks can form their own rows' pieces and gather them (GPVI's ranked step)."""
+    n_expect, k = z_expect.shape[0], P.shape[-1]
     pieces = [score_expect, P.reshape(n_expect, k * k), _batched_mv(P, z_expect[:, :k])]
     if coupling is not None:
-        Q, u, u_expect = coupling
+        Q, u_expect = coupling
         R = P @ Q  # [n', k, m]
         m = R.shape[-1]
         pieces += [R.reshape(n_expect, k * m), _batched_mv(R, u_expect), z_expect[:, k:],
-                   torch.ones(n_expect, 1, dtype=z.dtype, device=z.device)]
-    sums = cross_kernel_matmuls(z, z_expect, pieces, h, sq, backend, scale=1.0 / n_expect)
+                   torch.ones(n_expect, 1, dtype=z_expect.dtype, device=z_expect.device)]
+    return pieces
+
+
+def matrix_combine(z: Tensor, sums: list[Tensor], k: int, h: float, lam: float, u: Tensor | None,
+                   entropy_weight: float = 1.0) -> tuple[Tensor, Tensor]:
+    """(driving term, repulsive term) of `matrix_direction` at the rows z [n, D] from the kernel sums
+    Σ_j K_ij V_j / n' of `matrix_pieces` (in its order) and, with the coupling, u [n, m] of those rows."""
     drive, sum_P, sum_P_z = sums[0], sums[1].reshape(-1, k, k), sums[2]
     top = _batched_mv(sum_P, z[:, :k]) - sum_P_z
-    if coupling is None:
+    if u is None:
         repulsion = top
     else:
+        m = u.shape[-1]
         sum_R, sum_R_u, sum_z2, k_sum = sums[3].reshape(-1, k, m), sums[4], sums[5], sums[6]
         top = top - (_batched_mv(sum_R, u) - sum_R_u) / lam
         repulsion = torch.cat([top, (k_sum * z[:, k:] - sum_z2) / lam], dim=-1)
