@@ -1,0 +1,34 @@
+"""docs/benchmarks.md's section on multi-process jobs is what `benchmarks/distributed_step.py --render` makes of the
+committed raw results, and its ratios are those of the raw step times."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import distributed_step  # noqa: E402
+
+
+def _section(text: str, title: str) -> list[str]:
+    lines = text.splitlines()
+    start = lines.index(f"## {title}")
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+    return [ln for ln in lines[start + 1 : end] if ln.strip()]
+
+
+def test_the_section_is_rendered_from_the_committed_results() -> None:
+    rendered = [ln for ln in distributed_step.render().splitlines() if ln.strip()]
+    assert _section((ROOT / "docs" / "benchmarks.md").read_text(), distributed_step.TITLE) == rendered
+
+
+def test_the_speed_ups_are_the_ratios_of_the_step_times() -> None:
+    run = json.loads(distributed_step.RESULTS["cpu"].read_text())
+    assert run["ranks"] == [1, 2] and run["rows"]
+    for row in run["rows"]:
+        assert row["speedup"]["2"] == pytest.approx(row["step_s"]["1"] / row["step_s"]["2"])
