@@ -61,6 +61,22 @@ def test_two_ranks_give_the_one_rank_answer(make_stack) -> None:
     assert rank_processes(two["id"]) == []  # the local rank exited with the job
 
 
+def test_a_two_rank_generator_samples_as_the_one_rank_generator(make_stack) -> None:
+    """GPVI (batch sharing): each rank's rows of the noise batch, gradients summed; the stored samplers' /sample
+    answers agree to float32 rounding of the draws (float64 training: the parameters agree to ~1e-15)."""
+    stack = make_stack("embedded")
+    stack.start_worker()
+    spec = {"method": "gpvi", "target": {"kind": "gaussian", "mean": [1.0, -1.0], "cov": [[1.0, 0.5], [0.5, 2.0]]},
+            "num_particles": 32, "steps": 60, "seed": 5, "options": {"dtype": "float64"}}
+    one = stack.succeeded(spec, timeout=240)
+    two = stack.succeeded(two_ranks(spec), timeout=240)
+    assert two["ranks"] == 2 and two["sampler_id"] and one["sampler_id"]
+    draws_one = stack.sample_npy(one["sampler_id"], 500, seed=11)
+    draws_two = stack.sample_npy(two["sampler_id"], 500, seed=11)
+    np.testing.assert_allclose(draws_two, draws_one, rtol=0, atol=1e-5)
+    assert two["quality"]["verdict"] == one["quality"]["verdict"]
+
+
 def test_two_workers_meet_over_loopback(make_stack) -> None:
     """Two worker processes offering one rank each, on Redis and PostgreSQL: rank 0's worker publishes the store's
     address in the job's record, the other claims the rank message and joins, as a second machine would."""
