@@ -14,17 +14,12 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import distributed_step  # noqa: E402
 
-
-def _section(text: str, title: str) -> list[str]:
-    lines = text.splitlines()
-    start = lines.index(f"## {title}")
-    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
-    return [ln for ln in lines[start + 1 : end] if ln.strip()]
+from tests.support.docs import section_lines  # noqa: E402
 
 
 def test_the_section_is_rendered_from_the_committed_results() -> None:
     rendered = [ln for ln in distributed_step.render().splitlines() if ln.strip()]
-    assert _section((ROOT / "docs" / "benchmarks.md").read_text(), distributed_step.TITLE) == rendered
+    assert section_lines((ROOT / "docs" / "benchmarks.md").read_text(), distributed_step.TITLE) == rendered
 
 
 def test_the_speed_ups_are_the_ratios_of_the_step_times() -> None:

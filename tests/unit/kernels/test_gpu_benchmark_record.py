@@ -12,18 +12,13 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import pairwise_gpu  # noqa: E402
 
-
-def _section(text: str, title: str) -> list[str]:
-    lines = text.splitlines()
-    start = lines.index(f"## {title}")
-    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
-    return [ln for ln in lines[start + 1 : end] if ln.strip()]
+from tests.support.docs import section_lines  # noqa: E402
 
 
 def test_gpu_section_is_rendered_from_the_committed_raw_results():
     runs = [json.loads(f.read_text()) for f in pairwise_gpu.RESULT_FILES]
     rendered = [ln for ln in pairwise_gpu.render(runs).splitlines() if ln.strip()]
-    documented = _section((ROOT / "docs" / "benchmarks.md").read_text(), pairwise_gpu.TITLE)
+    documented = section_lines((ROOT / "docs" / "benchmarks.md").read_text(), pairwise_gpu.TITLE)
     assert documented == rendered
 
 
