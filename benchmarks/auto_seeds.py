@@ -152,7 +152,7 @@ def report(results: dict[str, Any], seeds: list[int]) -> str:
         total, within, silent_total = total + count, within + passed, silent_total + quiet
         lines.append(f"| {name} | " + " | ".join(row) + f" | {passed}/{count} | {quiet} |")
     lines += ["", f"{within} of {total} runs within the bars in both spaces on {ran} problems; "
-              f"{silent_total} silent misses."]
+              f"{silent_total} silent {'miss' if silent_total == 1 else 'misses'}."]
     return "\n".join(lines) + "\n"
 
 

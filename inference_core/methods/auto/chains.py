@@ -13,12 +13,13 @@ latent target. One job step is one transition of every chain; the first `warmup_
 diagonal mass matrix and are discarded. The run has converged when the kept draws' split R-hat is below `rhat_below`
 and their bulk ESS is at least `ess_per_particle` × num_particles on every coordinate (checked every `check_every`
 kept transitions); `steps` stays the upper bound. The job's particles are num_particles of the kept draws chosen by
-kernel herding (`herding.py`) from at most HERD_FROM of them evenly spaced over the record (evenly spaced draws, with
-repeats, when no more than num_particles were kept).
+kernel herding (`herding.py`, refined by swaps) from at most HERD_FROM of them, the same evenly spaced transitions of
+every chain (evenly spaced draws, with repeats, when no more than num_particles were kept).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -38,13 +39,34 @@ def evenly_spaced(available: int, count: int) -> Tensor:
     return torch.linspace(0, available - 1, count, dtype=torch.float64).round().long()
 
 
-def herded_draws(draws: Tensor, count: int) -> Tensor:
-    """`count` of the chains' draws [m, d] chosen by kernel herding from at most HERD_FROM of them evenly spaced over
-    the record; evenly spaced draws, with repeats, when there are no more than `count`."""
-    if draws.shape[0] <= count:
-        return draws[evenly_spaced(draws.shape[0], count)]
-    pool = evenly_spaced(draws.shape[0], min(draws.shape[0], HERD_FROM))
-    return draws[pool[kernel_herding(draws[pool], count)]]
+def herded_draws(record: Tensor, count: int, marginals: Callable[[Tensor], Tensor] | None = None,
+                 points: Callable[[Tensor], Tensor] | None = None) -> Tensor:
+    """`count` of the chains' kept draws, `record` [m, chains, d] (transition by transition), chosen by kernel
+    herding refined by swaps (`herding.kernel_herding`) from a pool of at most HERD_FROM: the same evenly spaced
+    transitions of every chain. An evenly spaced pool over the interleaved record aliases where its stride nearly
+    divides the chain count (200 chains, 250 kept transitions: a stride of 25 rows takes the same 8 chains at
+    consecutive transitions for long stretches), and was twice as far off as the record (stochastic volatility,
+    d = 100, seed 1: 0.18 sds in the worst mean against 0.08; per chain 0.08). Evenly spaced draws, with repeats,
+    when there are no more than `count`. `points` maps draws to the coordinates, standardised over the pool, where
+    the Gaussian kernel measures distances (default: the draws' own); `marginals` to those whose means and second
+    moments the herding kernel also matches."""
+    m, chains, d = record.shape
+    if m * chains <= count:
+        return record.reshape(-1, d)[evenly_spaced(m * chains, count)]
+    pool = record[evenly_spaced(m, min(m, max(1, HERD_FROM // chains)))].reshape(-1, d)
+    if pool.shape[0] > HERD_FROM:  # more chains than HERD_FROM
+        pool = pool[evenly_spaced(pool.shape[0], HERD_FROM)]
+    with torch.no_grad():
+        features = None if marginals is None else marginals(pool)
+        where = pool if points is None else standardised(points(pool))
+    return pool[kernel_herding(where, count, features, refine=True)]
+
+
+def standardised(x: Tensor) -> Tensor:
+    """Each column centred and scaled to unit sd (a constant column to zeros)."""
+    centred = x - x.mean(0)
+    scale = centred.std(0)
+    return torch.where(scale > 0, centred / scale.clamp_min(torch.finfo(x.dtype).tiny), torch.zeros_like(centred))
 
 
 class LatentChains:
@@ -90,11 +112,13 @@ class LatentChains:
             return torch.stack(self.nuts.positions)
         return stored.transpose(0, 1).reshape(-1, stored.shape[-1])
 
-    def particles(self) -> Tensor:
-        """num_particles of the draws chosen by kernel herding (`herding.py`) from at most HERD_FROM of them
-        evenly spaced over the record; evenly spaced draws, with repeats, when fewer were kept."""
+    def particles(self, marginals: Callable[[Tensor], Tensor] | None = None,
+                  points: Callable[[Tensor], Tensor] | None = None) -> Tensor:
+        """num_particles of the kept draws chosen by `herded_draws`; before any is kept, of the chains' positions."""
         if self._herded is None or self._herded[0] != self.nuts.step_count:
-            self._herded = (self.nuts.step_count, herded_draws(self.draws(), self.num_particles))
+            stored = self.nuts.stored_draws()
+            record = stored.transpose(0, 1) if stored.shape[1] else torch.stack(self.nuts.positions)[None]
+            self._herded = (self.nuts.step_count, herded_draws(record, self.num_particles, marginals, points))
         return self._herded[1]
 
     def quality(self) -> dict[str, Any]:

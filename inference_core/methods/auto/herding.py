@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 
-def kernel_herding(points: Tensor, count: int, marginals: Tensor | None = None) -> Tensor:
+def kernel_herding(points: Tensor, count: int, marginals: Tensor | None = None, refine: bool = False) -> Tensor:
     """Indices [count] into the rows of `points` [n, d] (count ≤ n, no repeats): at step t the row maximising
     mean_j k(x, p_j) − Σ_{s chosen} k(x, s) / (t + 1), with a Gaussian kernel k of bandwidth the median squared
     distance between distinct rows. Deterministic (ties: the lowest index).
@@ -21,7 +21,9 @@ def kernel_herding(points: Tensor, count: int, marginals: Tensor | None = None) 
     moment gap [our addition]. A Gaussian kernel alone hardly sees one coordinate's spread in high dimension:
     on the 100-d rotated Gaussian of the robustness suite (300 particles herded to 100, seeds 0-3) the herded
     sds were 0.21-0.26 off in the worst coordinate (log units) where the 300 were 0.09-0.10 off; with k_m
-    0.10-0.12 (docs/method-choice.md)."""
+    0.10-0.12 (docs/method-choice.md).
+
+    `refine`: the greedy choice is then improved by single swaps (`swap_refined`)."""
     n = points.shape[0]
     if not 0 < count <= n:
         raise ValueError(f"count must be in 1..{n}, got {count}")
@@ -41,7 +43,37 @@ def kernel_herding(points: Tensor, count: int, marginals: Tensor | None = None) 
         chosen.append(index)
         taken[index] = True
         attraction += kernel[:, index]
-    return torch.tensor(chosen, dtype=torch.long, device=points.device)
+    indices = torch.tensor(chosen, dtype=torch.long, device=points.device)
+    return swap_refined(kernel, indices) if refine else indices
+
+
+def swap_refined(kernel: Tensor, chosen: Tensor, max_swaps: int | None = None) -> Tensor:
+    """`chosen` improved by swaps: while some swap of a chosen row for an unchosen one lowers MMD²(chosen, all rows)
+    under `kernel`, make the best one (at most `max_swaps`, default len(chosen)) — the objective herding minimises
+    greedily, as the KT-SWAP step of kernel thinning does (Dwivedi & Mackey 2021, "Kernel thinning", Algorithm 1b).
+    With s_a = Σ_{b chosen} k(a, b) and μ_a = mean_j k(a, j), swapping i out and j in changes MMD² by
+    (2 s_j − 2 s_i − 2 k(i, j) + k(i, i) + k(j, j)) / n² − 2 (μ_j − μ_i) / n. Returns indices in the order kept."""
+    n, total = chosen.numel(), kernel.shape[0]
+    if n >= total:
+        return chosen
+    taken = torch.zeros(total, dtype=torch.bool, device=kernel.device)
+    taken[chosen] = True
+    order = chosen.clone()
+    embedding, diagonal = kernel.mean(1), kernel.diagonal()
+    sums = kernel[:, chosen].sum(1)
+    for _ in range(n if max_swaps is None else max_swaps):
+        rest = (~taken).nonzero().squeeze(1)
+        change = (((diagonal[order] - 2 * sums[order])[:, None] + (diagonal[rest] + 2 * sums[rest])[None, :]
+                   - 2 * kernel[order][:, rest]) / n**2 - 2 * (embedding[rest][None, :] - embedding[order][:, None]) / n)
+        best = int(change.argmin())
+        if not float(change.view(-1)[best]) < 0:
+            break
+        slot, j = divmod(best, rest.numel())
+        i, j = int(order[slot]), int(rest[j])
+        taken[i], taken[j] = False, True
+        order[slot] = j
+        sums += kernel[:, j] - kernel[:, i]
+    return order
 
 
 def marginal_moment_kernel(x: Tensor) -> Tensor:

@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from inference_core.methods.auto.mala import WEIGHTS_GAP_WARN, LatentMALA
+from inference_core.methods.auto.mala import WEIGHTS_GAP_WARN, LatentMALA, check_due, ess_wanted
 from inference_core.methods.baselines.mcmc import chain_diagnostics
 from inference_core.schemas.auto import MALAOptions
 from inference_core.serialization import state_from_bytes, state_to_bytes
@@ -141,3 +141,22 @@ def test_the_chains_and_the_weighted_proposals_part_where_the_proposals_cannot_s
         assert gap_mean < 0.05 and gap_log_sd < 0.05 and not chains.weights_disagree
     else:
         assert float(weighted_sd.max()) < 2.5 and gap_log_sd > WEIGHTS_GAP_WARN and chains.weights_disagree
+
+
+@pytest.mark.parametrize(("per_particle", "dim", "wanted"), [("auto", 2, 1000.0), ("auto", 10, 1000.0),
+                                                             ("auto", 100, 2000.0), (4.0, 100, 400.0)])
+def test_the_ess_wanted_grows_with_log_d_so_the_worst_coordinate_stays_as_precise(per_particle, dim: int,
+                                                                                 wanted: float) -> None:
+    """'auto' asks 10·max(1, log₁₀ d) effective draws per particle (100 particles here); a number is taken as it is."""
+    assert ess_wanted(MALAOptions(ess_per_particle=per_particle), 100, dim) == pytest.approx(wanted)
+
+
+def test_the_stopping_rule_checks_every_interval_then_at_a_tenth_s_growth() -> None:
+    """Every 25 kept transitions up to 1,000, then only where the count grew by a tenth: 40 checks to 1,000, then
+    each about 1.1× the one before, on the interval's grid (a check ranks every kept draw: fixed intervals cost
+    O(m²))."""
+    due = [kept for kept in range(1, 20_001) if check_due(kept, 25)]
+    assert due[:40] == list(range(25, 1001, 25))
+    later = due[40:]
+    assert all(b >= 1.1 * a * 0.97 for a, b in zip([1000] + later, later, strict=False)), later[:10]
+    assert len(later) < 40 and later[-1] > 18_000
