@@ -71,7 +71,8 @@ class Method:
     target_kinds: frozenset[str] = field(default_factory=frozenset)
     #: How the ranks of a `resources.processes` > 1 job share the work (docs/architecture.md, "Multi-process jobs";
     #: inference_core.distributed.RANKED_METHODS, which a test holds equal): "particles" (each rank the direction of
-    #: its share of the particles against all of them), "networks" (f-POVI: the same with networks as particles),
+    #: its share of the particles against all of them), "scores" (each rank the scores of its share, the direction
+    #: whole on every rank), "networks" (f-POVI: the same with networks as particles),
     #: "batch" (each rank its rows of the noise batch, gradients summed), or None (one process only).
     shares: str | None = None
 
@@ -206,6 +207,7 @@ METHODS: dict[str, Method] = {
             "∇log q ≈ −(K + εI)⁻¹ Σ_j ∇k(x_j, ·).",
             paper="Liu et al. 2019 (ICML), §3.3; GPVI paper §2",
             target_kinds=WEIGHT_SPACE_KINDS,
+            shares="scores",
         ),
         Method(
             name="ksd",
@@ -215,6 +217,7 @@ METHODS: dict[str, Method] = {
             summary="Stein discrepancy with a learned MLP critic f (no BatchNorm); particles move along f.",
             paper="Hu et al. 2018; Grathwohl et al. 2020; GPVI paper Table 2 (KSD)",
             target_kinds=WEIGHT_SPACE_KINDS,
+            shares="scores",
         ),
         Method(
             name="wsgld",

@@ -85,7 +85,8 @@ class MethodOut(BaseModel):
         "the service allows (PARVIS_MAX_PROCESSES_PER_JOB)")
     shares: str | None = Field(
         default=None, description="how its ranks share the work: 'particles' (each the direction of its share of "
-        "the particles, kernel sums over all of them), 'networks' (the same with f-POVI's networks as particles), "
+        "the particles, kernel sums over all of them), 'scores' (each the scores of its share; the direction, which "
+        "couples every particle, whole on every rank), 'networks' (the same with f-POVI's networks as particles), "
         "'batch' (each its rows of the generator's noise batch; gradients summed); null: one process")
 
 

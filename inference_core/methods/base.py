@@ -61,7 +61,7 @@ class Method:
     #: the step at which the method stopped early by its own convergence rule (`auto`); None: it has not
     converged_step: int | None = None
     #: how the method shares one job's work among the ranks of a process group (`inference_core.distributed`,
-    #: RANKED_METHODS): "particles", "networks" or "batch"; None: it runs as one rank only
+    #: RANKED_METHODS): "particles", "scores", "networks" or "batch"; None: it runs as one rank only
     rank_sharing: str | None = None
     #: the job's ranks (`use_ranks`); with one rank `step()` is the single-process step
     ranks: RankGroup = SINGLE_RANK
@@ -218,6 +218,12 @@ class ParticleMethod(Method):
     def direction(self, x: Tensor, batch: object | None) -> tuple[Tensor, dict[str, float]]:
         raise NotImplementedError
 
+    def direction_from_scores(self, x: Tensor, score: Tensor) -> tuple[Tensor, dict[str, float]]:
+        """`direction`'s φ for all n particles given their scores at this step's minibatch (the ranked step of
+        `rank_sharing` "scores", where φ couples every row: a linear solve, a critic trained on all of them);
+        the same info dict."""
+        raise NotImplementedError
+
     def direction_rows(self, x: Tensor, score: Tensor, start: int, stop: int) -> tuple[Tensor, dict[str, float]]:
         """Rows [start, stop) of `direction`'s φ, [stop − start, d], given all n particles and their scores at this
         step's minibatch (the ranked step, `_ranked_step`); the same info dict. Methods with `rank_sharing`
@@ -268,13 +274,15 @@ class ParticleMethod(Method):
         return {"step_time_s": time.perf_counter() - started, "stein_force_norm": force, **info}
 
     def _ranked_step(self) -> dict[str, float]:
-        """`step` with the work shared by the ranks (`rank_sharing` "particles"). Every rank holds all n particles
+        """`step` with the work shared by the ranks (`rank_sharing` "particles" or "scores"). Every rank holds all n particles
         and the optimiser state, identical on every rank (same start, same updates); it draws the same minibatch
         (the generator's state is the same everywhere), evaluates the scores of its own rows [lo, hi) only
         (`shard_bounds`), all-gathers them, and computes φ for its own rows against all n (`direction_rows`: the
         O(n²) kernel sums split k ways; the bandwidth from all n, as on one rank). The gathered φ then takes the
         same optimiser step on every rank (torch's optimisers here are elementwise). Same φ as `step` up to the
-        order of the kernel sums' additions; two all-gathers of [n, d] a step."""
+        order of the kernel sums' additions; two all-gathers of [n, d] a step. With "scores" the ranks split the
+        scores only (a target over much data: most of a step) and every rank computes the whole direction from
+        all of them (`direction_from_scores`), identically: one all-gather a step."""
         started = time.perf_counter()
         group = self.ranks
         n = self.x.shape[0]
@@ -283,8 +291,11 @@ class ParticleMethod(Method):
         with torch.no_grad():
             x = self.x.detach()
             score = group.all_gather_rows(self.moved.score(x[lo:hi], batch), n)
-            rows, info = self.direction_rows(x, score, lo, hi)
-            phi = group.all_gather_rows(rows, n)
+            if self.rank_sharing == "scores":
+                phi, info = self.direction_from_scores(x, score)
+            else:
+                rows, info = self.direction_rows(x, score, lo, hi)
+                phi = group.all_gather_rows(rows, n)
         self.pullback(self.x, phi)
         self.step_count += 1
         force = float(phi.square().sum(-1).mean().sqrt())

@@ -31,13 +31,17 @@ __all__ = ["GFSF", "gfsf_direction"]
 class GFSF(KernelParticleMethod):
     name = "gfsf"
     options: GFSFOptions
+    rank_sharing = "scores"
 
     def __init__(self, target: Target, options: GFSFOptions, num_particles: int, seed: int,
                  device: torch.device):
         super().__init__(target, options, num_particles, seed, device)
 
     def direction(self, x: Tensor, batch: object | None) -> tuple[Tensor, dict[str, float]]:
-        score = self.moved.score(x, batch)
+        return self.direction_from_scores(x, self.moved.score(x, batch))
+
+    def direction_from_scores(self, x: Tensor, score: Tensor) -> tuple[Tensor, dict[str, float]]:
+        """The solve couples every particle, so ranks share the scores only (`rank_sharing` "scores")."""
         h = self.bandwidth_rule(x)
         phi, residual = gfsf_direction(x, score, self.kernel(h), self.options.eps,
                                        solve_method=self.options.solve_method, **self.pairwise)

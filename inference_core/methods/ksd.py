@@ -34,6 +34,7 @@ __all__ = ["KSD", "legacy_critic_keys"]
 class KSD(ParticleMethod):
     name = "ksd"
     options: KSDOptions
+    rank_sharing = "scores"
 
     def __init__(self, target: Target, options: KSDOptions, num_particles: int, seed: int,
                  device: torch.device):
@@ -43,7 +44,11 @@ class KSD(ParticleMethod):
                                 fused=False)
 
     def direction(self, x: Tensor, batch: object | None) -> tuple[Tensor, dict[str, float]]:
-        score = self.moved.score(x, batch)
+        return self.direction_from_scores(x, self.moved.score(x, batch))
+
+    def direction_from_scores(self, x: Tensor, score: Tensor) -> tuple[Tensor, dict[str, float]]:
+        """The critic trains on every particle, so ranks share the scores only (`rank_sharing` "scores"); every
+        rank trains the same critic from the same state and probes (the method's generator), identically."""
         _, stein = self.critic.train(
             lambda: (x, score, self.critic.probe(x.shape[0], self.generator, x.dtype, x.device)))
         return self.critic(x), {"critic_stein": stein}

@@ -54,8 +54,9 @@ def test_methods_say_how_many_processes_they_take(client: TestClient) -> None:
         if METHODS[name].shares is None:
             assert method["max_processes"] == 1 and method["shares"] is None, name
         else:
-            assert method["max_processes"] is None and method["shares"] in {"particles", "networks", "batch"}, name
+            assert method["max_processes"] is None and method["shares"] in {"particles", "scores", "networks", "batch"}, name
     assert listed["svgd"]["shares"] == "particles" and listed["nuts"]["max_processes"] == 1
+    assert listed["gfsf"]["shares"] == listed["ksd"]["shares"] == "scores"
 
 
 def test_catalog_agrees_with_the_ranked_methods() -> None:

@@ -10,7 +10,8 @@ not bit-identical to one rank's: each rank sums the direction's kernel terms ove
 (another blocking of the same sums, the points centred once more by the union's mean), and the generators' (and
 helpers') gradients are the sums of the ranks' parts, all-reduced — the same terms added in another order.
 Measured (max |Δ| of the final particles against one rank, on particles of size 1-4): float64 — particles
-(svgd, svgd with IMQ, wsgld, pisgld; 20 steps) ≤ 8.9e-16, networks (fsvgd, fwsgld, fpisgld; 8 steps) ≤ 1.1e-16,
+(svgd, svgd with IMQ, wsgld, pisgld; 20 steps) ≤ 8.9e-16, scores (gfsf 20 steps, ksd on a BNN 6 steps) exactly
+0 (the scores are gathered, the rest is one rank's computation on every rank), networks (fsvgd, fwsgld, fpisgld; 8 steps) ≤ 1.1e-16,
 batch (gpvi with the matrix helper, the same-batch expectation, the pairwise helper, the coupling generator or
 a trained λ, gpvi_exact, amortized_svgd both ways; 4-8 steps) ≤ 1.1e-16 (several exactly 0); checkpoints
 resumed across k ≤ 4.4e-16. The same specs in float32 (not asserted here): ≤ 7.2e-7, 6.0e-8 and 1.2e-7.
@@ -85,6 +86,10 @@ SPECS: dict[str, dict[str, Any]] = {
     "svgd_imq": particle_spec("svgd", kernel={"name": "imq"}),
     "wsgld": particle_spec("wsgld", optimizer={"name": "adam", "lr": 0.02}),
     "pisgld": particle_spec("pisgld", optimizer={"name": "sgd", "lr": 0.02, "momentum": 0.5}),
+    # "scores": the ranks split the scores, every rank the whole solve (gfsf) or critic (ksd, on a BNN's minibatch)
+    "gfsf": particle_spec("gfsf"),
+    "ksd": {**particle_spec("ksd", critic={"hidden": [8], "steps": 2}), "target": BNN, "num_particles": 7,
+            "steps": 6, "eval": {"ksd": False, "mmd": False}},
     "fsvgd": network_spec("fsvgd"),
     "fwsgld": network_spec("fwsgld", pullback="vjp"),
     "fpisgld": network_spec("fpisgld"),
@@ -357,7 +362,7 @@ def _assert_same_state(got: Any, expected: Any, path: tuple) -> None:
 # ---- refusals and failures -----------------------------------------------------------------------------------
 
 def test_a_method_that_cannot_share_its_work_refuses_two_ranks() -> None:
-    spec = {"method": "gfsf", "target": GAUSSIAN_2D, "num_particles": 8, "steps": 2}
+    spec = {"method": "mfvi", "target": GAUSSIAN_2D, "num_particles": 8, "steps": 2}
     two = RankGroup(rank=0, world_size=2)  # refused before any collective: no process group is needed
     with pytest.raises(errors.ProcessesUnsupported, match="one process only") as caught:
         run(spec, group=two)
