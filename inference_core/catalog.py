@@ -397,6 +397,7 @@ METHODS: dict[str, Method] = {
             "interaction.",
             paper="Lakshminarayanan et al. 2017, Algorithm 1 (without adversarial training)",
             target_kinds=BASELINE_KINDS,
+            shares="scores",
         ),
         Method(
             name="nuts",

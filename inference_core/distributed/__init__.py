@@ -13,9 +13,10 @@ of `RANKED_METHODS` then share each step's work (`Method.use_ranks`, `Method.ran
   the scores are all-gathered, and each rank computes the direction of its own rows against all n (the O(n²)
   kernel sums split k ways); the gathered direction takes the same optimiser step on every rank, so every rank
   holds all particles and the same optimiser state;
-* "scores" (`gfsf`, `ksd`): each rank scores its own rows and the scores are all-gathered; the direction couples
-  every particle (GFSF's linear solve, KSD's critic trained on all of them), so every rank computes all of it from
-  the same inputs — the scores (a target over much data: most of a step) split k ways, the rest repeated;
+* "scores" (`gfsf`, `ksd`, `ensemble`): each rank scores its own rows and the scores are all-gathered; the
+  direction couples every particle (GFSF's linear solve, KSD's critic trained on all of them; an ensemble's is
+  the scores themselves), so every rank computes all of it from the same inputs — the scores (a target over much
+  data: most of a step) split k ways, the rest repeated;
 * "networks" (`fsvgd`, `fwsgld`, `fpisgld`): the same with networks as particles: own networks' function values
   and scores, gathered, own rows' function-space direction and pull-back, gathered gradients;
 * "batch" (`gpvi`, `gpvi_exact`, `amortized_svgd`): every rank holds the whole generator (and helper) and draws
@@ -49,6 +50,7 @@ RANKED_METHODS: dict[str, str] = {
     "pisgld": "particles",
     "gfsf": "scores",
     "ksd": "scores",
+    "ensemble": "scores",
     "fsvgd": "networks",
     "fwsgld": "networks",
     "fpisgld": "networks",

@@ -218,6 +218,11 @@ class ParticleMethod(Method):
     def direction(self, x: Tensor, batch: object | None) -> tuple[Tensor, dict[str, float]]:
         raise NotImplementedError
 
+    def scores_of_rows(self, x: Tensor, start: int, stop: int, batch: object | None) -> Tensor:
+        """What a rank evaluates in a ranked step: the scores of rows [start, stop) at the step's minibatch
+        ([stop − start, d]; gathered, they are what `direction_rows` / `direction_from_scores` read as `score`)."""
+        return self.moved.score(x[start:stop], batch)
+
     def direction_from_scores(self, x: Tensor, score: Tensor) -> tuple[Tensor, dict[str, float]]:
         """`direction`'s φ for all n particles given their scores at this step's minibatch (the ranked step of
         `rank_sharing` "scores", where φ couples every row: a linear solve, a critic trained on all of them);
@@ -290,7 +295,7 @@ class ParticleMethod(Method):
         batch = self.target.sample_batch(self.generator)
         with torch.no_grad():
             x = self.x.detach()
-            score = group.all_gather_rows(self.moved.score(x[lo:hi], batch), n)
+            score = group.all_gather_rows(self.scores_of_rows(x, lo, hi, batch), n)
             if self.rank_sharing == "scores":
                 phi, info = self.direction_from_scores(x, score)
             else:

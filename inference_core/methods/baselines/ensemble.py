@@ -25,6 +25,8 @@ class Ensemble(ParticleMethod):
 
     name = "ensemble"
     options: EnsembleOptions
+    #: the members never interact: ranks split them, and gather [log p, score] rows (`scores_of_rows`)
+    rank_sharing = "scores"
 
     def __init__(self, target: Target, options: EnsembleOptions, num_particles: int, seed: int,
                  device: torch.device):
@@ -32,14 +34,23 @@ class Ensemble(ParticleMethod):
         require_log_density(target, self.name, self.dtype, device)
 
     def direction(self, x: Tensor, batch: object | None) -> tuple[Tensor, dict[str, float]]:
+        return self.direction_from_scores(x, self.scores_of_rows(x, 0, x.shape[0], batch))
+
+    def scores_of_rows(self, x: Tensor, start: int, stop: int, batch: object | None) -> Tensor:
+        """[stop − start, 1 + d]: log p(θ_i | batch_i) and its gradient for members [start, stop). With
+        `independent_batches` member 0 uses the step's batch and members 1.. draw theirs from the method's generator,
+        in order: every rank draws all of them (cheap: indices), so the generator advances as on one rank."""
         if not self.options.independent_batches:
-            log_p, score = self.log_prob_and_score(x, batch)
+            log_p, score = self.log_prob_and_score(x[start:stop], batch)
         else:
-            # Member 0 uses the step's batch; members 1.. draw theirs from the method's generator, in order.
-            rows = [self.log_prob_and_score(x[i : i + 1], batch if i == 0 else self.target.sample_batch(self.generator))
-                    for i in range(x.shape[0])]
+            batches = [batch] + [self.target.sample_batch(self.generator) for _ in range(1, x.shape[0])]
+            rows = [self.log_prob_and_score(x[i : i + 1], batches[i]) for i in range(start, stop)]
             log_p, score = torch.cat([r[0] for r in rows]), torch.cat([r[1] for r in rows])
-        return score, {"log_prob_mean": float(log_p.mean())}
+        return torch.cat([log_p[:, None], score], dim=1)
+
+    def direction_from_scores(self, x: Tensor, score: Tensor) -> tuple[Tensor, dict[str, float]]:
+        """φ = ∇ log p(θ_i | batch) from the [log p, score] rows of `scores_of_rows`."""
+        return score[:, 1:], {"log_prob_mean": float(score[:, 0].mean())}
 
     def log_prob_and_score(self, x: Tensor, batch: object | None) -> tuple[Tensor, Tensor]:
         """log p(θ_i | batch) [n] and its gradient [n, d] from one forward pass (rows are independent)."""

@@ -10,8 +10,8 @@ not bit-identical to one rank's: each rank sums the direction's kernel terms ove
 (another blocking of the same sums, the points centred once more by the union's mean), and the generators' (and
 helpers') gradients are the sums of the ranks' parts, all-reduced — the same terms added in another order.
 Measured (max |Δ| of the final particles against one rank, on particles of size 1-4): float64 — particles
-(svgd, svgd with IMQ, wsgld, pisgld; 20 steps) ≤ 8.9e-16, scores (gfsf 20 steps, ksd on a BNN 6 steps) exactly
-0 (the scores are gathered, the rest is one rank's computation on every rank), networks (fsvgd, fwsgld, fpisgld; 8 steps) ≤ 1.1e-16,
+(svgd, svgd with IMQ, wsgld, pisgld; 20 steps) ≤ 8.9e-16, scores (gfsf 20 steps; ksd and ensemble on a BNN,
+6 steps) exactly 0 (the scores are gathered, the rest is one rank's computation on every rank), networks (fsvgd, fwsgld, fpisgld; 8 steps) ≤ 1.1e-16,
 batch (gpvi with the matrix helper, the same-batch expectation, the pairwise helper, the coupling generator or
 a trained λ, gpvi_exact, amortized_svgd both ways; 4-8 steps) ≤ 1.1e-16 (several exactly 0); checkpoints
 resumed across k ≤ 4.4e-16. The same specs in float32 (not asserted here): ≤ 7.2e-7, 6.0e-8 and 1.2e-7.
@@ -90,6 +90,9 @@ SPECS: dict[str, dict[str, Any]] = {
     "gfsf": particle_spec("gfsf"),
     "ksd": {**particle_spec("ksd", critic={"hidden": [8], "steps": 2}), "target": BNN, "num_particles": 7,
             "steps": 6, "eval": {"ksd": False, "mmd": False}},
+    # the members split, each with its own minibatch (drawn in order from the shared generator on every rank)
+    "ensemble": {**particle_spec("ensemble", independent_batches=True), "target": BNN, "num_particles": 7,
+                 "steps": 6, "eval": {"ksd": False, "mmd": False}},
     "fsvgd": network_spec("fsvgd"),
     "fwsgld": network_spec("fwsgld", pullback="vjp"),
     "fpisgld": network_spec("fpisgld"),
@@ -109,8 +112,9 @@ SPECS: dict[str, dict[str, Any]] = {
 
 def repeated_setup(spec: dict[str, Any]) -> bool:
     """Whether the method's construction evaluates the target (GPVI's default whitening by Pathfinder, precondition
-    "auto"), which every rank repeats."""
-    return spec["method"] == "gpvi" and spec["options"].get("precondition", "auto") != "none"
+    "auto"; a baseline's check that the target has a log density, one row), which every rank repeats."""
+    return (spec["method"] == "gpvi" and spec["options"].get("precondition", "auto") != "none"
+            or spec["method"] == "ensemble")
 
 #: checkpoint scenarios: (spec name, checkpoint_every, stop after step, steps)
 CHECKPOINTED = {"svgd": (5, 12, 20), "fsvgd": (3, 5, 8), "gpvi": (3, 5, 8)}
@@ -298,7 +302,7 @@ def test_two_ranks_give_the_one_rank_result(name: str, ranks: list[dict[str, Any
         if key != "grad_evals":
             assert root["final"][key] == pytest.approx(value, rel=1e-6, abs=1e-9), key
     # grad_evals: the ranks' evaluations summed — the steps' as one rank's; a set-up every rank repeats (GPVI's
-    # Pathfinder whitening here) counts once per rank
+    # Pathfinder whitening here, the ensemble's log-density check) counts once per rank
     if repeated_setup(spec):
         assert root["final"]["grad_evals"] > expected["final"]["grad_evals"]
     else:
