@@ -314,6 +314,7 @@ METHODS: dict[str, Method] = {
             summary="Amortised GFSF: s − ∇log q with ∇log q ≈ −(K + εI)⁻¹ Σ_j ∇k(x_j, ·) on a generated batch.",
             paper="Liu et al. 2019; GPVI paper §4 (amortized GFSF)",
             target_kinds=WEIGHT_SPACE_KINDS,
+            shares="batch",
         ),
         Method(
             name="amortized_ksd",
@@ -323,6 +324,7 @@ METHODS: dict[str, Method] = {
             summary="Amortised KSD: a generator moved along a learned Stein critic f(x) (MLP, no BatchNorm).",
             paper="Hu et al. 2018; GPVI paper §4 (amortized KSD)",
             target_kinds=WEIGHT_SPACE_KINDS,
+            shares="batch",
         ),
         Method(
             name="amortized_fsvgd",

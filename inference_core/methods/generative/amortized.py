@@ -133,8 +133,14 @@ class AmortizedSVGD(_KernelAmortized):
 class AmortizedGFSF(_KernelAmortized):
     name = "amortized_gfsf"
     options: AmortizedGFSFOptions
+    rank_sharing = "batch"
+
+    def ranked_rows(self) -> tuple[int, ...]:
+        return (self.num_particles,)
 
     def train_step(self) -> dict[str, float]:
+        if self.ranks.world_size > 1:
+            return self._ranked_train_step()
         z = self.noise(self.num_particles)
         batch = self.target.sample_batch(self.rng)
         x = self.network(z)
@@ -145,10 +151,37 @@ class AmortizedGFSF(_KernelAmortized):
         self.pullback(x, phi)
         return {"bandwidth": h, "direction_norm": float(phi.square().sum(-1).mean().sqrt())}
 
+    def _ranked_train_step(self) -> dict[str, float]:
+        """`train_step` with the batch shared by the ranks: the noise batch and minibatch drawn whole on every rank
+        (the same draws as one rank); each rank forms f_θ(z_i) and its score for its rows i, both all-gathered; the
+        (K + εI)⁻¹ solve couples every row, so every rank computes the whole φ from the same inputs and pulls back
+        its own rows (`ranked_pullback`: the generator's gradients all-reduced)."""
+        group = self.ranks
+        n = self.num_particles
+        lo, hi = group.bounds(n)
+        z = self.noise(n)
+        batch = self.target.sample_batch(self.rng)
+        x = self.network(z[lo:hi])
+        rows = x.detach()
+        joined = group.all_gather_rows(torch.cat([rows, self.view.score(rows, batch)], dim=1), n)
+        d = rows.shape[1]
+        xd, score = joined[:, :d].contiguous(), joined[:, d:].contiguous()
+        h = self.bandwidth(gpvi_math.squared_distances(xd, xd), distinct_pairs=True)
+        phi, _ = gfsf_direction(xd, score, RBF(h), self.options.gfsf_eps, entropy_weight=self.options.entropy_weight)
+        own = phi[lo:hi]
+        (phi2,) = self.ranked_pullback(x, own, [own.square().sum()], batch=xd)
+        return {"bandwidth": h, "direction_norm": (phi2 / n) ** 0.5}
+
 
 class AmortizedKSD(GenerativeMethod):
     name = "amortized_ksd"
     options: AmortizedKSDOptions
+    #: ranks: the critic's batches' scores split and gathered, the critic trained whole on every rank (identically),
+    #: the generator's rows split with its gradients all-reduced (`ranked_pullback`)
+    rank_sharing = "batch"
+
+    def ranked_rows(self) -> tuple[int, ...]:
+        return (self.num_particles,)
 
     def build_auxiliary(self, generator: torch.Generator) -> None:
         self.critic = KSDCritic(self.network.output_dim, self.options.critic, generator, self.device, self.dtype)
@@ -160,11 +193,20 @@ class AmortizedKSD(GenerativeMethod):
         probe = self.critic.probe(self.num_particles, self.rng, self.dtype, self.device)
         with torch.no_grad():
             x = self.network(z)
-        return x, self.view.score(x, batch), probe
+        if self.ranks.world_size == 1:
+            return x, self.view.score(x, batch), probe
+        lo, hi = self.ranks.bounds(self.num_particles)  # each rank its rows' scores, gathered
+        return x, self.ranks.all_gather_rows(self.view.score(x[lo:hi], batch), self.num_particles), probe
 
     def train_step(self) -> dict[str, float]:
         loss, _ = self.critic.train(self.critic_batch, self.options.entropy_weight)
         z = self.noise(self.num_particles)
+        if self.ranks.world_size > 1:
+            lo, hi = self.ranks.bounds(self.num_particles)
+            x = self.network(z[lo:hi])
+            phi = self.critic(x.detach())
+            (phi2,) = self.ranked_pullback(x, phi, [phi.square().sum()])
+            return {"critic_loss": loss, "direction_norm": (phi2 / self.num_particles) ** 0.5}
         x = self.network(z)
         phi = self.critic(x.detach())
         self.pullback(x, phi)

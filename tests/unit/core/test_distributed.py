@@ -13,7 +13,8 @@ Measured (max |Δ| of the final particles against one rank, on particles of size
 (svgd, svgd with IMQ, wsgld, pisgld; 20 steps) ≤ 8.9e-16, scores (gfsf 20 steps; ksd and ensemble on a BNN,
 6 steps) exactly 0 (the scores are gathered, the rest is one rank's computation on every rank), networks (fsvgd, fwsgld, fpisgld; 8 steps) ≤ 1.1e-16,
 batch (gpvi with the matrix helper, the same-batch expectation, the pairwise helper, the coupling generator or
-a trained λ, gpvi_exact, amortized_svgd both ways; 4-8 steps) ≤ 1.1e-16 (several exactly 0); checkpoints
+a trained λ, gpvi_exact, amortized_svgd both ways, amortized_gfsf, amortized_ksd; 4-8 steps) ≤ 2.3e-16 (several
+exactly 0); checkpoints
 resumed across k ≤ 4.4e-16. The same specs in float32 (not asserted here): ≤ 7.2e-7, 6.0e-8 and 1.2e-7.
 Asserted: `ATOL` = 1e-10 for every family — about 10⁵ times the measured float64 differences, and tight on
 purpose: Adam is blind to a global scale, so a rank dividing svgd's sums by n + 1 instead of n moved the final
@@ -107,6 +108,9 @@ SPECS: dict[str, dict[str, Any]] = {
     "gpvi_lambda": batch_spec("gpvi", precondition="none",
                               generator={"hidden": [], "noise_dim": 2, "lambda": 0.8, "lambda_trainable": True}),
     "amortized_svgd": batch_spec("amortized_svgd", expectation_particles=8),
+    # the whole φ on every rank from gathered rows (GFSF's solve; KSD's critic trained on gathered scores)
+    "amortized_gfsf": batch_spec("amortized_gfsf"),
+    "amortized_ksd": batch_spec("amortized_ksd", critic={"hidden": [8], "steps": 2}),
     "amortized_svgd_same": batch_spec("amortized_svgd", expectation="same"),
 }
 
