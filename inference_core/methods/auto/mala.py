@@ -14,8 +14,9 @@ reweight-resample-move step (Del Moral, Doucet & Jasra 2006) after a transport m
 
 The run stops when the kept draws' bulk ESS (Vehtari et al. 2021) reaches `ess_wanted` (`ess_per_particle` ×
 num_particles) on every coordinate (checked every `check_every` kept transitions, sparser past 1,000: `check_due`);
-`steps` stays the upper bound. Their split R-hat is reported: with many short chains it is about √(1 + τ/m) for chains of m kept transitions and integrated
-autocorrelation τ, 1.05-1.1 where the suite's funnels stop (m = 50-125), so it is no verdict on its own. What the job
+`steps` stays the upper bound. Their split R-hat is reported: with many short chains it is about √(1 + τ/m) for
+chains of m kept transitions and integrated autocorrelation τ, 1.05-1.1 where the suite's funnels stop (m = 50-125),
+so it is no verdict on its own. What the job
 reports (`stuck_chains`) is a chain that accepted under STUCK_SHARE of the mean chain's proposals since the warm-up:
 started in a funnel's neck, where a step size that suits the bulk is rejected, it stays there, and its draws rest on
 the starts' importance weights alone; it warns where more than STUCK_WARN_SHARE of the chains are stuck. The weighted
@@ -75,7 +76,8 @@ def check_due(kept: int, every: int) -> bool:
         return False
     if kept <= DENSE_CHECKS_UNTIL:
         return True
-    return math.floor(math.log(kept) / math.log(CHECK_GROWTH)) > math.floor(math.log(kept - every) / math.log(CHECK_GROWTH))
+    growth = math.log(CHECK_GROWTH)
+    return math.floor(math.log(kept) / growth) > math.floor(math.log(kept - every) / growth)
 
 
 def ess_wanted(options: MALAOptions, num_particles: int, dim: int) -> float:
