@@ -57,9 +57,9 @@
    either way); non-centred eight schools' seed 0 has paths that agree and k̂ 0.80, and missed with 100.
 
 8. Engine (`engine`; `"auto"`, the default: `"mala"` where the flow is fitted for a neck, no Pathfinder path having
-   settled, or where num_particles < 1.25·d with a single mode, `"svgd"` elsewhere). `"nuts"` (`chains.py`, opt-in) runs NUTS chains in the same coordinates instead of SVGD
-   (NeuTra, Hoffman et al. 2019), stopped when split R-hat < 1.01 and bulk ESS ≥ 4 × num_particles, the particles
-   herded from the draws. On the funnel it cost half of SVGD's evaluations where its chains mixed, but met the bars
+   settled, or where num_particles < 1.25·d with a single mode, `"svgd"` elsewhere). `"nuts"` (`chains.py`,
+   opt-in) runs NUTS chains in the same coordinates instead of SVGD (NeuTra, Hoffman et al. 2019), stopped when
+   split R-hat < 1.01 and bulk ESS ≥ 4 × num_particles, the particles herded from the draws. On the funnel it cost half of SVGD's evaluations where its chains mixed, but met the bars
    less often, with wider sd errors. `"mala"` (`mala.py`) resamples 200 chains' starts from the PSIS weights of 2,000
    draws of the latent N(0, I) and moves them by MALA until the kept draws' bulk ESS reaches 10 × num_particles:
    on the funnel and centred eight schools (seeds 0-7 each) it met the bars on 16 of 16 at 1.7-1.9·10⁵ evaluations,
@@ -74,10 +74,10 @@
    With fewer particles than PARTICLES_PER_DIM·d (and one mode) the chains move them too: SVGD's 500 particles
    (oversampled, point 7) on the 100-d stochastic-volatility posterior converged at step 100 with sds 0.26-0.47 off
    in log units (φ's or σ's on eight of the nine seeds of 0-9 that finished; seed 6 diverged), three runs called
-   `good`; the chains, stopped at
-   10·log₁₀ d = 20 effective draws per particle (`mala.ess_wanted`) and herded (`chains.herded_draws`), met the
-   bars in both spaces on 9 of 10 seeds at 1.7-1.9·10⁵ evaluations (seed 6: 4.6·10⁵), the miss (seed 9, 0.29 off
-   in a log-volatility's log sd) flagged (`starts_disagree`); SVGD's own cost there was 1.9-2.0·10⁵ (one run 1.6·10⁶).
+   `good`; the chains, stopped at 10·log₁₀ d = 20 effective draws per particle (`mala.ess_wanted`) and herded
+   (`chains.herded_draws`), met the bars in both spaces on 9 of 10 seeds at 1.7-1.9·10⁵ evaluations (seed 6:
+   4.6·10⁵), the miss (seed 9, 0.29 off in a log-volatility's log sd) flagged (`starts_disagree`); SVGD's own
+   cost there was 1.9-2.0·10⁵ (one run 1.6·10⁶).
    On the 100-d rotated Gaussian they cost 6.1·10⁴ evaluations against SVGD's 6.4·10⁴, within the bars on 10 of 10.
 
 9. Modes (`preconditioning/modes.py`): where Pathfinder's paths settled at separated modes (ends more than 3 sds apart), the
@@ -260,17 +260,15 @@ class Auto(Method):
             self.flow_target = FlowTarget(whitened, self.tail_probe.transform().to(device=device, dtype=self.dtype))
             whitened = WhitenedTarget(self.flow_target, torch.zeros(d, device=device, dtype=self.dtype),
                                       torch.eye(d, device=device, dtype=self.dtype))
-        #: `engine: "auto"`: MALA chains where the flow is fitted for a neck (no Pathfinder path settled: the funnel,
-        #: centred eight schools), where SVGD creeps out of the flow's under-covered neck for thousands of steps, and
-        #: where the particles are too few for the dimension (fewer than PARTICLES_PER_DIM·d), where SVGD's
-        #: fixed point narrows the least Gaussian coordinates; SVGD elsewhere (point 8)
         #: separated modes that Pathfinder's paths settled at, with their masses (point 9, `modes.py`)
         self.modes: Modes = distinct_modes(found)
-        #: the flow is fitted for a neck: no Pathfinder path settled
-        self.neck = neck = self.transport == "flow" and not all(found.settled)
+        #: `engine: "auto"`: MALA chains where the flow is fitted for a neck (no Pathfinder path settled: the funnel,
+        #: centred eight schools), where SVGD creeps out of the flow's under-covered neck for thousands of steps, and
+        #: where the particles are too few for the dimension (fewer than PARTICLES_PER_DIM·d: `crowded`), where
+        #: SVGD's fixed point narrows the least Gaussian coordinates; SVGD elsewhere (point 8). The chains start
+        #: from one Gaussian, so separated modes stay with SVGD, started in the modes' masses.
+        neck = self.transport == "flow" and not all(found.settled)
         too_few = num_particles < PARTICLES_PER_DIM * d  # a cloud of n ≤ d points is flat in some direction
-        # (the chains start from one Gaussian: separated modes stay with SVGD, started in the modes' masses)
-        #: the chains were chosen for too few particles (point 8)
         self.crowded = too_few and len(self.modes) == 1 and options.engine == "auto" and not neck
         self.engine = ("mala" if neck or self.crowded else "svgd") if options.engine == "auto" else options.engine
         if self.transport == "flow":  # x = shift + root·T(z), and SVGD's whitening acts on z (transport.py)
