@@ -1,0 +1,40 @@
+"""docs/reproduction.md's UCI section is what `benchmarks/reproduce_uci.py --report` makes of the committed raw
+results (issue 40: regenerable, no "not run" rows for cells that were run), and a cell is reused only under the
+same protocol, with renamed option spellings read in today's form."""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks import reproduce_uci  # noqa: E402
+from tests.support.docs import section_lines  # noqa: E402
+
+
+def test_the_section_is_rendered_from_the_committed_results() -> None:
+    results = json.loads(reproduce_uci.RESULTS.read_text())
+    rendered = [ln for ln in reproduce_uci.report(results).splitlines() if ln.strip()]
+    documented = section_lines(reproduce_uci.DOC.read_text(), reproduce_uci.SECTION)
+    assert documented == rendered
+    table = [ln for ln in documented if ln.startswith("| ") and " | " in ln]
+    assert table and not any("not run" in ln for ln in table), [ln for ln in table if "not run" in ln]
+
+
+def test_a_renamed_spelling_is_the_same_protocol_and_a_changed_default_is_not() -> None:
+    current = reproduce_uci.protocol("boston", "gpvi")
+    assert "kernel" in current["resolved_options"]
+    old = copy.deepcopy(current)
+    old["resolved_options"]["bandwidth"] = old["resolved_options"].pop("kernel")["bandwidth"]
+    assert reproduce_uci.same_protocol(old, current)
+    changed = copy.deepcopy(current)
+    changed["resolved_options"]["kernel"]["bandwidth"]["divisor"] = "none"
+    assert not reproduce_uci.same_protocol(changed, current)
+    fvi = reproduce_uci.protocol("boston", "fvi")
+    before_selection = copy.deepcopy(fvi)
+    del before_selection["resolved_options"]["holdout_selection_every"]  # a new option with a new behaviour
+    assert not reproduce_uci.same_protocol(before_selection, fvi)
