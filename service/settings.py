@@ -80,7 +80,8 @@ class Settings(BaseSettings):
     # the intermediate values it holds at once are kept under `request_memory_bytes` by working through the
     # points and data rows in chunks (inference_core.targets.bounded), so an API process holds at most
     # `sample_concurrency` × this for them; and its work, points × data rows × values a row, is capped by
-    # `max_evaluation_values` (413 limit_exceeded up front; 2³² is a few seconds of one core).
+    # `max_evaluation_values` (413 limit_exceeded up front; 2³² is a few seconds of one core). /predict works
+    # through its inputs in chunks and refuses a sampler's draws over half of it (app.api.routes.predict).
     request_memory_bytes: int = Field(default=256 * 1024 * 1024, ge=1024 * 1024)
     # Overload is shed, not queued (503 `overloaded` + Retry-After at once): requests in flight per API process
     # (probes and event streams not counted), how far behind its event loop may run (seconds; 0: no bound),

@@ -33,6 +33,10 @@ DEFAULT_SAMPLER_DRAWS = 100
 MAX_QUANTILE_LEVELS = 99
 #: Elements of one [draws, inputs, width] activation; inputs are pushed through the network in chunks below it.
 FORWARD_CHUNK_ELEMENTS = 2**22
+#: Elements of one [draws, inputs, ·] array of a prediction of weight draws (outputs, class probabilities, the
+#: quantile search's [levels, draws, inputs]); `predict` works through the inputs in chunks below it, so what a
+#: request holds at once is its weight draws plus a few such arrays (float64: 8 MiB each), whatever the inputs.
+PREDICT_CHUNK_ELEMENTS = 2**20
 
 
 class PredictionUnsupported(ValueError):
@@ -96,10 +100,22 @@ class Predictor:
     def standardize(self, x: Tensor) -> Tensor:
         return x if self.x_mean is None else (x - self.x_mean) / self.x_std
 
-    def _draws(self, x: Tensor, n: int | None, seed: int) -> tuple[Tensor, Tensor | None]:
-        """(outputs, noise std): regression f [n, m] and σ [n] in original units; classification logits
-        [n, m, K] and None. x [m, p] float64 in original units."""
+    def _prepared(self, n: int | None, seed: int) -> Any:
+        """What the draws at every chunk of inputs share (weight draws: the weights); by default (n, seed)."""
+        return n, seed
+
+    def _evaluate(self, prepared: Any, x: Tensor) -> tuple[Tensor, Tensor | None]:
+        """(outputs, noise std) of the prepared draws at x [m, p] (float64, original units): regression f [n, m]
+        and σ [n] in original units; classification logits [n, m, K] and None."""
         raise NotImplementedError
+
+    def _input_chunk(self, prepared: Any, m: int, per_input: int) -> int:
+        """Inputs predicted at once when each costs `per_input` elements per draw: all m, unless the draws allow
+        chunks (weight draws)."""
+        return m
+
+    def _draws(self, x: Tensor, n: int | None, seed: int) -> tuple[Tensor, Tensor | None]:
+        return self._evaluate(self._prepared(n, seed), x)
 
     # ---- draws ---------------------------------------------------------------------------------------
 
@@ -126,19 +142,33 @@ class Predictor:
         """Predictive summaries at x [m, p] (original units) as float64 numpy arrays: regression `mean`,
         `std`, `std_epistemic` [m], `quantiles` [L, m] at `quantile_levels`; classification `probs` [m, K]
         and `entropy` [m]; plus `task` and `n_draws`."""
+        levels = check_levels(quantiles) if self.task == "regression" else ()
+        _check_draw_count(n)
+        inputs = check_inputs(x, self.n_inputs)
+        prepared = self._prepared(n, seed)
+        # per input and draw: the outputs or class probabilities, and the quantile search's levels + 2 arrays
+        per_input = len(levels) + 4 if self.task == "regression" else 3 * max(1, self.model.n_classes or 1)
+        chunk = self._input_chunk(prepared, inputs.shape[0], per_input)
+        parts = [self._summaries(prepared, inputs[s: s + chunk], levels) for s in range(0, inputs.shape[0], chunk)]
+        first = parts[0]
         if self.task == "regression":
-            levels = check_levels(quantiles)
-            f, noise_std = self.regression_draws(x, n, seed)
-            mean, std, epistemic = mixture_moments(f, noise_std)
-            values = mixture_quantiles(f, noise_std, list(levels))
-            return {"task": "regression", "n_draws": int(f.shape[0]), "mean": mean.numpy(), "std": std.numpy(),
-                    "std_epistemic": epistemic.numpy(), "quantile_levels": list(levels),
-                    "quantiles": values.numpy()}
-        per_draw = self.class_probabilities(x, n, seed)
-        probs = per_draw.mean(0)
+            return {"task": "regression", "n_draws": first["n_draws"], "quantile_levels": list(levels),
+                    **{key: np.concatenate([part[key] for part in parts], axis=-1)
+                       for key in ("mean", "std", "std_epistemic", "quantiles")}}
+        return {"task": "classification", "n_draws": first["n_draws"],
+                **{key: np.concatenate([part[key] for part in parts], axis=0) for key in ("probs", "entropy")}}
+
+    def _summaries(self, prepared: Any, x: Tensor, levels: tuple[float, ...]) -> dict[str, Any]:
+        """The predictive summaries at one chunk of inputs x [c, p]."""
+        outputs, noise_std = self._evaluate(prepared, x)
+        if self.task == "regression":
+            mean, std, epistemic = mixture_moments(outputs, noise_std)
+            values = mixture_quantiles(outputs, noise_std, list(levels))
+            return {"n_draws": int(outputs.shape[0]), "mean": mean.numpy(), "std": std.numpy(),
+                    "std_epistemic": epistemic.numpy(), "quantiles": values.numpy()}
+        probs = torch.softmax(outputs, dim=-1).mean(0)
         entropy = torch.special.entr(probs).sum(-1)  # −Σ p log p with 0 log 0 = 0
-        return {"task": "classification", "n_draws": int(per_draw.shape[0]), "probs": probs.numpy(),
-                "entropy": entropy.numpy()}
+        return {"n_draws": int(outputs.shape[0]), "probs": probs.numpy(), "entropy": entropy.numpy()}
 
 
 class WeightPredictor(Predictor):
@@ -170,19 +200,24 @@ class WeightPredictor(Predictor):
                           for s in range(0, x_model.shape[0], chunk)], dim=1)
 
     def noise_std(self, weights: Tensor) -> Tensor:
-        """σ_i [n] in model (standardised) units."""
+        """σ_i [n] in model (standardised) units, float64 (from the noise column alone: the weights may be large)."""
         if self.noise_block is None:
             return torch.full((weights.shape[0],), float(self.fixed_noise_std), dtype=torch.float64)
-        u = self.network.extra(weights, self.noise_block)
+        u = self.network.extra(weights, self.noise_block).to(torch.float64)
         return torch.exp(u) if self.noise_block == "log_noise_std" else torch.exp(-0.5 * u)
 
-    def _draws(self, x: Tensor, n: int | None, seed: int) -> tuple[Tensor, Tensor | None]:
+    def _prepared(self, n: int | None, seed: int) -> Tensor:
+        return self.draw_weights(n, seed).detach().to(device="cpu", dtype=torch.float32)
+
+    def _input_chunk(self, prepared: Tensor, m: int, per_input: int) -> int:
+        return max(1, min(m, PREDICT_CHUNK_ELEMENTS // max(1, prepared.shape[0] * per_input)))
+
+    def _evaluate(self, prepared: Tensor, x: Tensor) -> tuple[Tensor, Tensor | None]:
         # The network in float32, the precision draws are stored in (samplers and predictor archives are
         # float32; a float64 batched forward costs several times more), the mixture in float64.
-        weights = self.draw_weights(n, seed).detach().to(device="cpu", dtype=torch.float32)
+        weights = prepared
         with torch.no_grad():
             outputs = self.network_outputs(weights, self.standardize(x).to(torch.float32)).to(torch.float64)
-        weights = weights.to(torch.float64)
         if self.task == "classification":
             return outputs, None
         return self.y_mean + self.y_std * outputs[..., 0], self.y_std * self.noise_std(weights)
@@ -198,7 +233,8 @@ class FunctionPredictor(Predictor):
         self.sampler = sampler
         self.noise_std_original = self.y_std * float(self.model.noise.std)
 
-    def _draws(self, x: Tensor, n: int | None, seed: int) -> tuple[Tensor, Tensor | None]:
+    def _evaluate(self, prepared: tuple[int | None, int], x: Tensor) -> tuple[Tensor, Tensor | None]:
+        n, seed = prepared
         count = self.default_draws() if n is None else n
         with torch.no_grad():
             f = self.sampler.sample(count, seed, x.to(torch.float32))

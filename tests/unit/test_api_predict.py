@@ -147,6 +147,31 @@ def test_sampler_predict_classification_seeded_and_scoped(service) -> None:
                    422, "predict_unsupported")
 
 
+def test_sampler_draws_over_half_the_request_memory_budget_are_refused_up_front(make_client) -> None:
+    """A hypernetwork's draws are whole weight vectors and `n` is capped only by n · m: with one input row, n draws
+    cost n × draw_bytes (app.api.compute) to generate. Over half of PARVIS_REQUEST_MEMORY_BYTES: 413 before any
+    work; under it the same sampler answers."""
+    from app.api.compute import draw_bytes
+
+    client, settings = make_client(auth_enabled=True, request_memory_bytes=1024 * 1024)
+    with make_session_factory(make_engine(settings.database_url))() as session:
+        a = {"Authorization": f"Bearer {create_api_key(session, 'a')}"}
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(30, 2))
+    job = train(client, settings, a, {"method": "amortized_svgd", "num_particles": 8, "steps": 3,
+                                      "target": {"kind": "bnn", "hidden": [5], "dataset": {
+                                          "X": X.tolist(), "y": np.sin(X[:, 0]).tolist()}}})
+    sampler = client.get(f"/v1/samplers/{job['sampler_id']}", headers=a).json()
+    per_draw = draw_bytes(sampler["config"])
+    fits = (1024 * 1024) // (2 * per_draw)
+    url = f"/v1/samplers/{job['sampler_id']}/predict"
+    assert client.post(url, json={"x": [[0.0, 0.0]], "n": fits}, headers=a).status_code == 200
+    for route in (url, f"/v1/jobs/{job['id']}/predict"):
+        refused = client.post(route, json={"x": [[0.0, 0.0]], "n": fits + 1}, headers=a)
+        assert_problem(refused, 413, "limit_exceeded")
+        assert "PARVIS_REQUEST_MEMORY_BYTES" in refused.json()["detail"]
+
+
 def test_openapi_lists_both_predict_routes(client) -> None:
     spec = client.get("/v1/openapi.json").json()
     for path in ("/v1/jobs/{job_id}/predict", "/v1/samplers/{sampler_id}/predict"):

@@ -17,7 +17,7 @@ from fastapi import APIRouter, Body, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.concurrency import run_in_threadpool
 
-from app.api.compute import ensemble_predictor, predict_answer, sampler_predictor
+from app.api.compute import draw_bytes, ensemble_predictor, predict_answer, sampler_predictor
 from app.api.deps import CurrentTenant, SettingsDep, StoreDep
 from app.api.problems import Problem
 from app.api.schemas import PredictOut
@@ -80,6 +80,18 @@ def check_size(request: PredictRequest, draws: int, settings: Settings) -> None:
                       f"{DEFAULT_LEVELS}; ask for fewer levels, inputs or draws")
 
 
+def check_draw_memory(draws: int, config: dict[str, Any], settings: Settings) -> None:
+    """413 before any work when a sampler's `draws` would take more than half the request memory budget to
+    generate (`draw_bytes`: a hypernetwork's draws are whole weight vectors, and `n` is capped only by n · m): the
+    other half is the prediction's own working set, which `inference_core.prediction` keeps to a few
+    PREDICT_CHUNK_ELEMENTS arrays by working through the inputs in chunks."""
+    needed = draws * draw_bytes(config)
+    if 2 * needed > settings.request_memory_bytes:
+        raise Problem(413, "limit_exceeded", f"{draws} draws of this sampler take about {needed} bytes to generate, "
+                      f"over half the request memory budget of {settings.request_memory_bytes} bytes "
+                      "(PARVIS_REQUEST_MEMORY_BYTES); ask for fewer draws")
+
+
 def unsupported(detail: str) -> Problem:
     return Problem(422, "predict_unsupported", detail)
 
@@ -133,6 +145,7 @@ def job_predictor(request: Request, tenant: str, job_id: str, body: Any, setting
         raise unsupported("this job stored no predictive model (a function_posterior job whose prior has no "
                           "network keeps only function values at the training inputs)")
     check_size(parsed, parsed.n or SAMPLER_DEFAULT_DRAWS, settings)
+    check_draw_memory(parsed.n or SAMPLER_DEFAULT_DRAWS, record.config, settings)
     path = weights.path
     return parsed, weights.sha256, lambda: sampler_predictor(store.get(path))
 
@@ -159,6 +172,7 @@ def sampler_predictor_of(request: Request, tenant: str, sampler_id: str, body: A
             raise unsupported("this sampler has no predictive model: it was not trained on a bnn or "
                               "function_posterior target")
         check_size(parsed, parsed.n or SAMPLER_DEFAULT_DRAWS, settings)
+        check_draw_memory(parsed.n or SAMPLER_DEFAULT_DRAWS, record.config, settings)
         weights = samplers.artifacts(record).get("weights")
     if weights is None:
         raise Problem(404, "not_found", "this sampler has no stored weights")

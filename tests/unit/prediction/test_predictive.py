@@ -320,3 +320,76 @@ def test_fvi_sampler_predictive_and_held_out_metrics() -> None:
     assert result.final_metrics["test_rmse"] == pytest.approx(np.sqrt(np.mean((f_test.mean(0) - y_test) ** 2)),
                                                               rel=1e-5)
     assert result.final_metrics["test_ll"] == pytest.approx(ll.mean(), rel=1e-5)
+
+
+# ---- memory: the inputs in chunks ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("task", ["regression", "classification"])
+def test_predict_in_chunks_of_inputs_equals_one_chunk(task: str, monkeypatch) -> None:
+    """`predict` works through the inputs in chunks of PREDICT_CHUNK_ELEMENTS; the summaries of each input do
+    not depend on the chunking (the draws are shared, each input's mixture is its own)."""
+    from inference_core.prediction import predictive
+
+    rng = np.random.default_rng(5)
+    if task == "regression":
+        model, blocks = regression_model({"type": "from_draw", "name": "log_noise_std"}), layout(["log_noise_std"])
+    else:
+        model = {**regression_model(None), "task": "classification", "n_classes": 3,
+                 "network": {"hidden": [5], "activation": "tanh", "n_outputs": 3}}
+        blocks = layout([], n_outputs=3)
+    dim = sum(int(np.prod(b["shape"])) for b in blocks)
+    predictor = EnsemblePredictor(model, blocks, torch.from_numpy(rng.normal(size=(7, dim)).astype(np.float32)))
+    x = (rng.normal(size=(50, 2)) * 2).tolist()
+    whole = predictor.predict(x, quantiles=[0.1, 0.5, 0.9] if task == "regression" else None)
+    monkeypatch.setattr(predictive, "PREDICT_CHUNK_ELEMENTS", 7 * 9)  # a few inputs per chunk
+    chunked = predictor.predict(x, quantiles=[0.1, 0.5, 0.9] if task == "regression" else None)
+    assert chunked.keys() == whole.keys()
+    for key, value in whole.items():
+        if isinstance(value, np.ndarray):
+            np.testing.assert_allclose(chunked[key], value, rtol=1e-12, atol=1e-12, err_msg=key)
+        else:
+            assert chunked[key] == value, key
+
+
+MEMORY_PROBE = """
+import ctypes, json, sys
+import numpy as np, torch
+ctypes.CDLL("libc.so.6").mallopt(-3, 1 << 20)  # the API's allocator setting (app.api.compute.unmap_large_frees)
+torch.set_num_threads(1)
+from inference_core.prediction import EnsemblePredictor
+from inference_core.schemas.models import mlp_layout
+task, hidden, outs = sys.argv[1], [256, 256], 1 if sys.argv[1] == "regression" else 10
+model = {"task": task, "n_inputs": 4, "n_classes": None if task == "regression" else outs, "standardization": None,
+         "network": {"hidden": hidden, "activation": "tanh", "n_outputs": outs},
+         "noise": {"type": "from_draw", "name": "log_noise_std"} if task == "regression" else None}
+blocks = [b.as_dict() for b in mlp_layout(4, hidden, outs, ["log_noise_std"] if task == "regression" else [])]
+dim = sum(int(np.prod(b["shape"])) for b in blocks)
+predictor = EnsemblePredictor(model, blocks, torch.randn(1000, dim) * 0.1)
+x = np.random.default_rng(0).normal(size=(2000, 4)).tolist()
+predictor.predict(x[:5])
+def high_water_kb():
+    return next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM"))
+with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")  # the peak RSS (VmHWM) starts again from the current RSS
+before = high_water_kb()
+predictor.predict(x)
+print(json.dumps((high_water_kb() - before) / 1024))
+"""
+
+
+@pytest.mark.parametrize("task", ["regression", "classification"])
+def test_a_prediction_at_the_caps_holds_a_bounded_working_set(task: str) -> None:
+    """1,000 draws of a 4 → 256 → 256 → out network at 2,000 inputs (the default cap of 2·10⁶ values): before the
+    inputs were chunked the prediction grew the process's peak RSS by 560 MB (regression: a float64 copy of every
+    weight) and 685 MB (10 classes: [n, m, K] logits and their softmax); the working set must now stay within the
+    half of the default 256 MiB request budget that /predict leaves it (app.api.routes.predict.check_draw_memory;
+    measured 68 and 82 MB), in a fresh process with the API's allocator (peak RSS from VmHWM, reset before the
+    call; Linux)."""
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", MEMORY_PROBE, task], capture_output=True, text=True, check=True,
+                         env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
+    growth_mb = json.loads(out.stdout.strip().splitlines()[-1])
+    assert growth_mb < 128, growth_mb
