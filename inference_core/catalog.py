@@ -335,6 +335,7 @@ METHODS: dict[str, Method] = {
             "pulled back through the network and the generator; a downloadable sampler.",
             paper="Wang, Ren, Zhu & Zhang 2019 (f-POVI), eq. 4, Algorithm 1; GPVI paper (Ratzlaff et al. 2021) eq. 14",
             target_kinds=NETWORK_KINDS,
+            shares="batch",
         ),
         Method(
             name="fsvgd",

@@ -19,10 +19,11 @@ of `RANKED_METHODS` then share each step's work (`Method.use_ranks`, `Method.ran
   data: most of a step) split k ways, the rest repeated;
 * "networks" (`fsvgd`, `fwsgld`, `fpisgld`): the same with networks as particles: own networks' function values
   and scores, gathered, own rows' function-space direction and pull-back, gathered gradients;
-* "batch" (`gpvi`, `gpvi_exact`, `amortized_svgd`, `amortized_gfsf`, `amortized_ksd`): every rank holds the
-  whole generator (and helper or critic) and draws the whole noise batch; it forms its rows of the batch and of the
-  expectation batch, the kernel sums' rows are gathered (GFSF's solve and KSD's critic, which couple every row, are
-  computed whole on every rank from the gathered rows and scores), and the generator's (and helper's) gradients
+* "batch" (`gpvi`, `gpvi_exact`, `amortized_svgd`, `amortized_gfsf`, `amortized_ksd`, `amortized_fsvgd`): every
+  rank holds the whole generator (and helper or critic) and draws the whole noise batch; it forms its rows of the
+  batch and of the expectation batch, the kernel sums' rows are gathered (GFSF's solve, KSD's critic and f-SVGD's
+  function-space direction, which couple every row, are computed whole on every rank from the gathered rows and
+  scores), and the generator's (and helper's) gradients
   are all-reduced — each rank's part of the 1/n mean — so every rank takes the same optimiser step.
 
 The training loop (`inference_core.training.run(..., group=...)`) consults `should_stop` on rank 0 and agrees the
@@ -60,6 +61,7 @@ RANKED_METHODS: dict[str, str] = {
     "amortized_svgd": "batch",
     "amortized_gfsf": "batch",
     "amortized_ksd": "batch",
+    "amortized_fsvgd": "batch",
 }
 
 

@@ -27,6 +27,14 @@ in this order of draws from the method's RNG:
    (fsvgd's `pullback: "mse"`): φ_W is fsvgd's `vjp` form, whose scale Adam removes.
 
 The stored sampler is `GenerativeMethod.sampler()`: the generator with the target's layout and predictive model.
+
+As k ranks (`rank_sharing` "batch", inference_core.distributed): every rank draws the whole noise batch,
+minibatch, mixed batch and prior functions (the same draws as one rank), and forms its own draws' rows [lo, hi):
+f_θ(z_i), their function values and scores (steps 1-2 and the score of step 3), all-gathered in one collective;
+the kernel and bandwidth come from all n, and each rank computes v for its own rows against all n
+(`svgd_direction_rows`), its rows' VJP (step 4) and noise direction, and pulls them back (`ranked_pullback`: the
+generator's gradients all-reduced). The shared σ's held-out step reads every draw's values at the held-out rows:
+each rank forms its own draws', gathered, and takes the same step.
 """
 
 from __future__ import annotations
@@ -37,7 +45,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from inference_core.methods.directions import svgd_direction
+from inference_core.methods.directions import svgd_direction, svgd_direction_rows
 from inference_core.methods.function_space.fpovi import FunctionSpaceDirection
 from inference_core.methods.generative.base import STREAM_FIRST_BATCH, GenerativeMethod
 from inference_core.methods.holdout import fit_batch, holdout_split, predictive_log_likelihood
@@ -58,6 +66,7 @@ class AmortizedFSVGD(FunctionSpaceDirection, GenerativeMethod):
     name = "amortized_fsvgd"
     options: AmortizedFSVGDOptions
     povi_direction = staticmethod(svgd_direction)
+    rank_sharing = "batch"
 
     def __init__(self, target: Target, options: AmortizedFSVGDOptions, num_particles: int, seed: int,
                  device: torch.device):
@@ -124,9 +133,13 @@ class AmortizedFSVGD(FunctionSpaceDirection, GenerativeMethod):
 
     # ---- one step --------------------------------------------------------------------------------------------
 
-    def weight_direction(self, x: Tensor, batch: Tensor | None) -> tuple[Tensor, dict[str, float]]:
-        """φ [n, d] at the generated draws x [n, d] (no graph needed): f-SVGD's direction on their function values
-        at a fresh mixed batch, pulled back through the network (φ_W), and the noise coordinate's MAP gradient."""
+    def weight_direction(self, x: Tensor, batch: Tensor | None,
+                         rows: tuple[int, int] | None = None) -> tuple[Tensor, dict[str, float], Tensor]:
+        """(φ, info, Σ_i |v_i|²) at the generated draws x (no graph needed): f-SVGD's direction on their function
+        values at a fresh mixed batch, pulled back through the network (φ_W), and the noise coordinate's MAP
+        gradient. One rank: x all n draws [n, d]. `rows` (lo, hi) under k ranks: x this rank's draws [lo, hi) of the
+        n, whose values and scores are gathered (`_gathered_direction`); φ and the sum are for these rows, and
+        `function_force_norm` is left to the caller (it needs every rank's sum)."""
         _, y = self.target.rows(batch)  # type: ignore[attr-defined]
         scale = self.target.likelihood_scale(batch)  # type: ignore[attr-defined]
         points, n_train = self.mixed_batch(batch)
@@ -135,13 +148,19 @@ class AmortizedFSVGD(FunctionSpaceDirection, GenerativeMethod):
             outputs = self.function_values(weights, points)
         values = outputs.detach()
         log_std = self.draw_log_std(x.detach())
-        v, h = self.function_direction(values, points, n_train, y, scale, log_std,
-                                       entropy_weight=self.options.entropy_weight)
+        if rows is None:
+            v, h = self.function_direction(values, points, n_train, y, scale, log_std,
+                                           entropy_weight=self.options.entropy_weight)
+        else:
+            v, h = self._gathered_direction(values, points, n_train, y, scale, log_std, rows)
         phi = torch.zeros_like(x.detach())
         phi[:, : self.n_weights] = self.function_vjp(outputs, weights, v)
-        info = {"bandwidth": h, "function_force_norm": float(v.reshape(v.shape[0], -1).square().sum(-1).mean().sqrt())}
+        force_sq = v.reshape(v.shape[0], -1).square().sum()
+        info = {"bandwidth": h}
+        if rows is None:
+            info["function_force_norm"] = float((force_sq / v.shape[0]).sqrt())
         if self.shared_log_std is not None:
-            info["holdout_log_likelihood"] = self._shared_noise_step(weights)
+            info["holdout_log_likelihood"] = self._shared_noise_step(weights, gather=rows is not None)
             info["noise_std"] = float(self.shared_log_std.detach().exp())
         elif self.noise_slot is not None:
             column = self.noise_slot[0]
@@ -149,9 +168,26 @@ class AmortizedFSVGD(FunctionSpaceDirection, GenerativeMethod):
             info["noise_std"] = float(log_std.exp().mean())  # type: ignore[union-attr]
         elif self.task == "regression":
             info["noise_std"] = self.fixed_noise_std
-        return phi, info
+        return phi, info, force_sq
 
-    def _shared_noise_step(self, weights: Tensor) -> float:
+    def _gathered_direction(self, values: Tensor, points: Tensor, n_train: int, y: Tensor, scale: float,
+                            log_std: Tensor | None, rows: tuple[int, int]) -> tuple[Tensor, float]:
+        """`function_direction` for this rank's draws [lo, hi) (values [hi − lo, M(, K)]): their scores here (the
+        prior functions drawn as on one rank), values and scores all-gathered, the kernel and bandwidth from all n,
+        v for the own rows against all n (f-POVI eq. 4 with SVGD's direction, `svgd_direction_rows`)."""
+        group, n = self.ranks, self.num_particles
+        lo, hi = rows
+        score_own = self.function_score(values, points, n_train, y, scale, log_std)
+        width = values[0].numel()
+        joined = group.all_gather_rows(torch.cat([values.reshape(hi - lo, width), score_own.reshape(hi - lo, width)],
+                                                 dim=1), n)
+        flat, score = joined[:, :width].contiguous(), joined[:, width:].contiguous()
+        kernel, h = self.kernel(flat)
+        v_own = svgd_direction_rows(flat, score, kernel, lo, hi, entropy_weight=self.options.entropy_weight,
+                                    backend=self.options.kernel.backend, precision=self.options.kernel.precision)
+        return v_own.reshape(values.shape), h
+
+    def _shared_noise_step(self, weights: Tensor, gather: bool = False) -> float:
         """One Adam step of the shared log σ on −[(N/|H|) Σ_{j∈H} log (1/n) Σ_i N(y_j; f_i(x_j), σ²) + log p(σ)],
         the draws' functions f_i at the held-out rows H (no graph to the generator); `train_step` writes the new σ
         into the slot once the generator's step no longer needs its graph. Returns the held-out log-likelihood per
@@ -159,6 +195,8 @@ class AmortizedFSVGD(FunctionSpaceDirection, GenerativeMethod):
         X, y = self.target.rows(self.holdout_rows)  # type: ignore[attr-defined]
         with torch.no_grad():
             f = self.function_values(weights.detach(), X)
+        if gather:  # this rank's draws: every draw's values, for the same step on every rank
+            f = self.ranks.all_gather_rows(f, self.num_particles)
         with torch.enable_grad():
             log_std = self.shared_log_std
             per_row = predictive_log_likelihood(f, y, log_std)
@@ -177,16 +215,29 @@ class AmortizedFSVGD(FunctionSpaceDirection, GenerativeMethod):
             self.network.output.weight[column].zero_()
             self.network.output.bias[column] = value
 
+    def ranked_rows(self) -> tuple[int, ...]:
+        return (self.num_particles,)
+
     def train_step(self) -> dict[str, float]:
         z = self.noise(self.num_particles)
         batch = self.target.sample_batch(self.rng) if self.fit_rows is None else fit_batch(
             self.fit_rows, self.target.batch_size, self.rng)  # type: ignore[attr-defined]
-        x = self.network(z)
-        phi, info = self.weight_direction(x, batch)
-        self.pullback(x, phi)
+        n = self.num_particles
+        if self.ranks.world_size > 1:
+            lo, hi = self.ranks.bounds(n)
+            x = self.network(z[lo:hi])
+            phi, info, force_sq = self.weight_direction(x, batch, rows=(lo, hi))
+            phi2, force2 = self.ranked_pullback(x, phi, [phi.square().sum(), force_sq])
+            info["function_force_norm"] = (force2 / n) ** 0.5
+            norm = (phi2 / n) ** 0.5
+        else:
+            x = self.network(z)
+            phi, info, _ = self.weight_direction(x, batch)
+            self.pullback(x, phi)
+            norm = float(phi.square().sum(-1).mean().sqrt())
         if self.shared_log_std is not None:
             self._write_shared_noise()
-        return {**info, "direction_norm": float(phi.square().sum(-1).mean().sqrt())}
+        return {**info, "direction_norm": norm}
 
     # ---- checkpoints ---------------------------------------------------------------------------------------
 

@@ -13,9 +13,8 @@ Measured (max |Δ| of the final particles against one rank, on particles of size
 (svgd, svgd with IMQ, wsgld, pisgld; 20 steps) ≤ 8.9e-16, scores (gfsf 20 steps; ksd and ensemble on a BNN,
 6 steps) exactly 0 (the scores are gathered, the rest is one rank's computation on every rank), networks (fsvgd, fwsgld, fpisgld; 8 steps) ≤ 1.1e-16,
 batch (gpvi with the matrix helper, the same-batch expectation, the pairwise helper, the coupling generator or
-a trained λ, gpvi_exact, amortized_svgd both ways, amortized_gfsf, amortized_ksd; 4-8 steps) ≤ 2.3e-16 (several
-exactly 0); checkpoints
-resumed across k ≤ 4.4e-16. The same specs in float32 (not asserted here): ≤ 7.2e-7, 6.0e-8 and 1.2e-7.
+a trained λ, gpvi_exact, amortized_svgd both ways, amortized_gfsf, amortized_ksd, amortized_fsvgd; 4-8 steps)
+≤ 2.4e-16 (several exactly 0); checkpoints resumed across k ≤ 4.4e-16. The same specs in float32 (not asserted here): ≤ 7.2e-7, 6.0e-8 and 1.2e-7.
 Asserted: `ATOL` = 1e-10 for every family — about 10⁵ times the measured float64 differences, and tight on
 purpose: Adam is blind to a global scale, so a rank dividing svgd's sums by n + 1 instead of n moved the final
 particles by only 4.5e-9 (45 × ATOL).
@@ -112,6 +111,9 @@ SPECS: dict[str, dict[str, Any]] = {
     "amortized_gfsf": batch_spec("amortized_gfsf"),
     "amortized_ksd": batch_spec("amortized_ksd", critic={"hidden": [8], "steps": 2}),
     "amortized_svgd_same": batch_spec("amortized_svgd", expectation="same"),
+    # f-SVGD's function-space direction whole on every rank from the gathered draws; the shared σ's held-out step
+    "amortized_fsvgd": {**network_spec("amortized_fsvgd", generator={"hidden": [5], "noise_dim": 4,
+                                                                      "activation": "tanh"}), "num_particles": 9},
 }
 
 def repeated_setup(spec: dict[str, Any]) -> bool:

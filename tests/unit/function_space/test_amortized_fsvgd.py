@@ -80,7 +80,7 @@ def test_the_direction_is_the_vjp_of_fsvgds_direction_and_the_noise_map_gradient
     batch = target.sample_batch(method.rng)
     x = method.network(z)
     state = method.rng.get_state()
-    phi, _ = method.weight_direction(x, batch)
+    phi, _, _ = method.weight_direction(x, batch)
     after = method.rng.get_state()
 
     method.rng.set_state(state)
