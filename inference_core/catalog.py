@@ -73,7 +73,8 @@ class Method:
     #: inference_core.distributed.RANKED_METHODS, which a test holds equal): "particles" (each rank the direction of
     #: its share of the particles against all of them), "scores" (each rank the scores of its share, the direction
     #: whole on every rank), "networks" (f-POVI: the same with networks as particles),
-    #: "batch" (each rank its rows of the noise batch, gradients summed), or None (one process only).
+    #: "batch" (each rank its rows of the noise batch, gradients summed), "data" (each rank its share of a data
+    #: target's minibatch rows, gradients summed), or None (one process only).
     shares: str | None = None
 
     @property
@@ -174,6 +175,9 @@ OWN_INIT_KINDS = frozenset({"bnn", "function_posterior", "bayesian_logistic_regr
 # `bnn` prior (the network weights) or a `gp` prior (f at the training inputs); with a piecewise prior the
 # method refuses at build time (method_unsupported_for_target).
 BASELINE_KINDS = WEIGHT_SPACE_KINDS | {"function_posterior"}
+#: Targets over data rows (`targets.models.data.DataTarget`): what a method sharing "data" splits among ranks.
+DATA_TARGET_KINDS = frozenset({"bayesian_linear_regression", "bayesian_logistic_regression", "bnn",
+                               "function_posterior"})
 
 METHODS: dict[str, Method] = {
     method.name: method
@@ -390,6 +394,7 @@ METHODS: dict[str, Method] = {
             "reparameterised minibatch ELBO; a sampler f(z) = μ + σ⊙z for d ≤ 4096.",
             paper="Blundell et al. 2015, eqs. 1-4, §3.2",
             target_kinds=BASELINE_KINDS,
+            shares="data",
         ),
         Method(
             name="ensemble",

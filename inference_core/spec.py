@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field, ValidationError
 
 from inference_core import errors
-from inference_core.catalog import METHODS, OWN_INIT_KINDS, TARGET_KINDS, Method
+from inference_core.catalog import DATA_TARGET_KINDS, METHODS, OWN_INIT_KINDS, TARGET_KINDS, Method
 from inference_core.datasets.columns import DatasetShape
 from inference_core.datasets.resolve import dataset_ref_ids
 from inference_core.memory import format_bytes, job_memory_bytes
@@ -205,7 +205,7 @@ def admit(raw: Any, limits: Limits | None = None, data_shapes: DataShapes | None
             f"metrics every {spec.metrics_interval} steps for {spec.steps} steps is {points} metric points, over the "
             f"cap of {limits.max_metric_points} per job: set metrics_every to at least {least}",
             loc=("metrics_every",))
-    _check_processes(method, spec.resources.processes, spec.num_particles, limits)
+    _check_processes(method, spec.resources.processes, spec.num_particles, target.kind, limits)
     target, dim, dataset_ids = _size_target(target, limits, data_shapes)
     _check_precondition(options, target.kind, dim)
     if dim is not None:
@@ -262,7 +262,7 @@ def _dim_from_data(target: Any, shapes: Mapping[str, DatasetShape], limits: Limi
     return dim
 
 
-def _check_processes(method: Method, processes: int, num_particles: int, limits: Limits) -> None:
+def _check_processes(method: Method, processes: int, num_particles: int, target_kind: str, limits: Limits) -> None:
     """`resources.processes`: at most the service's cap, more than 1 only for a method that runs as ranks (the
     catalog's `shares`), and no more ranks than the particles or batch rows they share."""
     if processes == 1:
@@ -275,6 +275,12 @@ def _check_processes(method: Method, processes: int, num_particles: int, limits:
         raise errors.ProcessesUnsupported(
             f"method {method.name!r} runs as one process (its `max_processes` in /v1/methods is 1): "
             f"resources.processes must be 1", loc=("resources", "processes"))
+    if method.shares == "data":  # the rows shared are the data set's minibatch (their count checked at the start)
+        if target_kind not in DATA_TARGET_KINDS:
+            raise errors.ProcessesUnsupported(
+                f"method {method.name!r} shares a data target's rows among ranks; a {target_kind} target has none: "
+                "resources.processes must be 1", loc=("resources", "processes"))
+        return
     if processes > num_particles:
         raise errors.ProcessesUnsupported(
             f"{processes} ranks would share {num_particles} {'draws a step' if method.shares == 'batch' else method.shares}: "

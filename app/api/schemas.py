@@ -87,7 +87,8 @@ class MethodOut(BaseModel):
         default=None, description="how its ranks share the work: 'particles' (each the direction of its share of "
         "the particles, kernel sums over all of them), 'scores' (each the scores of its share; the direction, which "
         "couples every particle, whole on every rank), 'networks' (the same with f-POVI's networks as particles), "
-        "'batch' (each its rows of the generator's noise batch; gradients summed); null: one process")
+        "'batch' (each its rows of the generator's noise batch; gradients summed), 'data' (each its share of a data "
+        "target's minibatch rows; gradients summed); null: one process")
 
 
 class MethodList(BaseModel):

@@ -24,7 +24,10 @@ of `RANKED_METHODS` then share each step's work (`Method.use_ranks`, `Method.ran
   batch and of the expectation batch, the kernel sums' rows are gathered (GFSF's solve, KSD's critic and f-SVGD's
   function-space direction, which couple every row, are computed whole on every rank from the gathered rows and
   scores), and the generator's (and helper's) gradients
-  are all-reduced — each rank's part of the 1/n mean — so every rank takes the same optimiser step.
+  are all-reduced — each rank's part of the 1/n mean — so every rank takes the same optimiser step;
+* "data" (`mfvi`): data parallel — every rank holds the whole variational state and draws the same noise and
+  minibatch, evaluates the log-likelihood of its share of the minibatch rows (rank 0 adds the prior and the
+  entropy), and the gradients are all-reduced.
 
 The training loop (`inference_core.training.run(..., group=...)`) consults `should_stop` on rank 0 and agrees the
 answer on every rank (`RankGroup.agree_stop`), reports, checkpoints (in exactly the one-rank format) and evaluates
@@ -62,6 +65,7 @@ RANKED_METHODS: dict[str, str] = {
     "amortized_gfsf": "batch",
     "amortized_ksd": "batch",
     "amortized_fsvgd": "batch",
+    "mfvi": "data",
 }
 
 

@@ -19,6 +19,8 @@ from tests.unit.test_api_jobs import GOOD, assert_problem, queued_messages
         ({"resources": {"processes": 9}}, "processes_over_cap", "resources.processes 9 is over this service's cap of 8"),
         ({"method": "nuts", "resources": {"processes": 2}}, "processes_unsupported", "method 'nuts' runs as one"),
         ({"method": "auto", "resources": {"processes": 2}}, "processes_unsupported", "method 'auto' runs as one"),
+        # mfvi is data parallel: its ranks share a data target's minibatch rows, which a gaussian has not
+        ({"method": "mfvi", "resources": {"processes": 2}}, "processes_unsupported", "shares a data target's rows"),
         ({"num_particles": 3, "resources": {"processes": 4}}, "processes_unsupported", "4 ranks would share 3 particles"),
         ({"resources": {"processes": 0}}, "spec_invalid", "resources.processes"),
         ({"resources": {"processes": 2, "gpus": 2}}, "spec_invalid", "resources.gpus"),
@@ -54,9 +56,11 @@ def test_methods_say_how_many_processes_they_take(client: TestClient) -> None:
         if METHODS[name].shares is None:
             assert method["max_processes"] == 1 and method["shares"] is None, name
         else:
-            assert method["max_processes"] is None and method["shares"] in {"particles", "scores", "networks", "batch"}, name
+            assert method["max_processes"] is None and method["shares"] in {"particles", "scores", "networks", "batch",
+                                                                              "data"}, name
     assert listed["svgd"]["shares"] == "particles" and listed["nuts"]["max_processes"] == 1
     assert listed["gfsf"]["shares"] == listed["ksd"]["shares"] == "scores"
+    assert listed["mfvi"]["shares"] == "data" and listed["amortized_fsvgd"]["shares"] == "batch"
 
 
 def test_catalog_agrees_with_the_ranked_methods() -> None:

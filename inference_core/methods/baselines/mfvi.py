@@ -14,6 +14,13 @@ a factorised q; Bishop 2006 §10.1.2), so q under-covers correlated posteriors; 
 `sampler()`: f(z) = diag(σ) z + μ in the archive's generator format (hidden [], W = diag σ, b = μ, λ = 0),
 so `/v1/samplers/{id}/sample` works for MF-VI; W is stored dense, hence only for d ≤ SAMPLER_MAX_DIM (above it
 `sampler()` is None: a dense d×d float32 W would be ≥ 64 MiB).
+
+As k ranks on a data target (`rank_sharing` "data", inference_core.distributed: data parallel, as
+DistributedDataParallel is): every rank holds μ, ρ and the optimiser state and draws the same ε and minibatch; rank
+r evaluates the log-likelihood of its contiguous share of the minibatch rows (all N rows without one) at the same
+θ, scaled by the whole batch's N/B, and rank 0 adds the prior and the entropy; the ranks' parts of the ELBO sum to
+one rank's, so their μ- and ρ-gradients, all-reduced, are its gradient (up to the order of the additions) and every
+rank takes the same Adam step.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from inference_core import errors
+from inference_core.distributed.group import RankGroup
 from inference_core.methods.base import Method, initial_particles
 from inference_core.methods.baselines.common import require_log_density
 from inference_core.methods.optim import build_optimizer
@@ -35,6 +43,8 @@ from inference_core.samplers import FORMAT, FORMAT_VERSION, NOISE_DRAW, Sampler
 from inference_core.schemas.baselines import MFVIOptions
 from inference_core.seeding import derive_seed
 from inference_core.targets.base import Target
+from inference_core.targets.counting import record_evaluations
+from inference_core.targets.models.data import DataTarget
 
 #: Largest d for which `sampler()` writes the dense diagonal W (4096² float32 = 64 MiB).
 SAMPLER_MAX_DIM = 4096
@@ -53,6 +63,7 @@ class MFVI(Method):
 
     name = "mfvi"
     options: MFVIOptions
+    rank_sharing = "data"
 
     def __init__(self, target: Target, options: MFVIOptions, num_particles: int, seed: int, device: torch.device):
         super().__init__(target, options, num_particles, seed, device)
@@ -72,18 +83,45 @@ class MFVI(Method):
     def sigma(self) -> Tensor:
         return F.softplus(self.rho)
 
+    def use_ranks(self, group: RankGroup) -> None:
+        if group.world_size > 1 and not isinstance(self.target, DataTarget):
+            raise errors.ProcessesUnsupported(
+                f"mfvi shares a data target's rows among ranks; a {self.target.kind} target has none: "
+                "resources.processes must be 1")
+        super().use_ranks(group)
+
+    def ranked_rows(self) -> tuple[int, ...]:
+        """The minibatch rows the ranks share (all N without a minibatch)."""
+        target: DataTarget = self.target  # type: ignore[assignment]
+        return (target.batch_size or target.n_data,)
+
     def elbo_estimate(self, batch: object | None) -> Tensor:
-        """The reparameterised ELBO estimate (a graph to μ and ρ)."""
+        """The reparameterised ELBO estimate (a graph to μ and ρ); under k ranks this rank's part of it."""
         d = self.mu.shape[0]
         eps = torch.randn(self.options.mc_samples, d, generator=self.generator, dtype=self.dtype).to(self.device)
         sigma = self.sigma()
         theta = self.mu + sigma * eps
-        log_p = self.target.log_prob(theta, batch)
+        ranked = self.ranks.world_size > 1
+        log_p = self._log_p_part(theta, batch) if ranked else self.target.log_prob(theta, batch)
+        if ranked and not self.ranks.is_root:  # the entropy is rank 0's
+            return log_p.mean()
         if self.options.entropy == "closed_form":
             return log_p.mean() + torch.log(sigma).sum() + 0.5 * d * _LOG_2PI_E
         # log q(θ) = Σ_i log N(θ_i; μ_i, σ_i²), with (θ − μ)/σ = ε.
         log_q = -0.5 * eps.square().sum(-1) - torch.log(sigma).sum() - 0.5 * d * math.log(2 * math.pi)
         return (log_p - log_q).mean()
+
+    def _log_p_part(self, theta: Tensor, batch: object | None) -> Tensor:
+        """This rank's part of log p(θ, D) [mc_samples]: (N/B) Σ over its share of the minibatch rows of log p(y_i |
+        x_i, θ), plus log prior(θ) on rank 0. Counted as one rank's `log_prob` rows, on rank 0."""
+        target: DataTarget = self.target  # type: ignore[assignment]
+        rows = batch if isinstance(batch, Tensor) else torch.arange(target.n_data, device=theta.device)
+        lo, hi = self.ranks.bounds(rows.shape[0])
+        part = target.likelihood_scale(batch) * target.log_likelihood_sum(theta, rows[lo:hi])  # type: ignore[arg-type]
+        if self.ranks.is_root:
+            record_evaluations(target, theta.shape[0])
+            part = part + target.log_prior(theta)
+        return part
 
     def step(self) -> dict[str, float]:
         started = time.perf_counter()
@@ -91,6 +129,10 @@ class MFVI(Method):
         self.optimizer.zero_grad(set_to_none=False)
         elbo = self.elbo_estimate(batch)
         (-elbo).backward()
+        if self.ranks.world_size > 1:  # the parts' gradients and ELBOs summed: one rank's
+            total = elbo.detach().reshape(1).clone()
+            self.ranks.all_reduce_sum_([self.mu.grad, self.rho.grad, total])
+            elbo = total[0]
         grads = torch.cat([self.mu.grad, self.rho.grad])
         if not (bool(torch.isfinite(elbo)) and bool(torch.isfinite(grads).all())):
             raise errors.Diverged(f"the ELBO or its gradient became non-finite at step {self.step_count + 1}")

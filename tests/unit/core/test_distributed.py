@@ -11,7 +11,8 @@ not bit-identical to one rank's: each rank sums the direction's kernel terms ove
 helpers') gradients are the sums of the ranks' parts, all-reduced — the same terms added in another order.
 Measured (max |Δ| of the final particles against one rank, on particles of size 1-4): float64 — particles
 (svgd, svgd with IMQ, wsgld, pisgld; 20 steps) ≤ 8.9e-16, scores (gfsf 20 steps; ksd and ensemble on a BNN,
-6 steps) exactly 0 (the scores are gathered, the rest is one rank's computation on every rank), networks (fsvgd, fwsgld, fpisgld; 8 steps) ≤ 1.1e-16,
+6 steps) exactly 0 (the scores are gathered, the rest is one rank's computation on every rank), networks (fsvgd,
+fwsgld, fpisgld; 8 steps) ≤ 1.1e-16, data (mfvi on a minibatch and on all rows; 6-8 steps) ≤ 1.1e-16,
 batch (gpvi with the matrix helper, the same-batch expectation, the pairwise helper, the coupling generator or
 a trained λ, gpvi_exact, amortized_svgd both ways, amortized_gfsf, amortized_ksd, amortized_fsvgd; 4-8 steps)
 ≤ 2.4e-16 (several exactly 0); checkpoints resumed across k ≤ 4.4e-16. The same specs in float32 (not asserted here): ≤ 7.2e-7, 6.0e-8 and 1.2e-7.
@@ -114,13 +115,20 @@ SPECS: dict[str, dict[str, Any]] = {
     # f-SVGD's function-space direction whole on every rank from the gathered draws; the shared σ's held-out step
     "amortized_fsvgd": {**network_spec("amortized_fsvgd", generator={"hidden": [5], "noise_dim": 4,
                                                                       "activation": "tanh"}), "num_particles": 9},
+    # data parallel: the minibatch's 15 rows split 8 + 7 (all 40 rows 20 + 20), 3 draws of ε; the prior and the
+    # entropy on rank 0
+    "mfvi": {"method": "mfvi", "target": {**BNN, "batch_size": 15}, "num_particles": 7, "steps": 8, "seed": 2,
+             "options": {"dtype": "float64", "mc_samples": 3}, "eval": {"ksd": False, "mmd": False}},
+    "mfvi_full_data": {"method": "mfvi", "target": {**BNN, "batch_size": None}, "num_particles": 7, "steps": 6,
+                       "seed": 2, "options": {"dtype": "float64", "entropy": "monte_carlo"},
+                       "eval": {"ksd": False, "mmd": False}},
 }
 
 def repeated_setup(spec: dict[str, Any]) -> bool:
     """Whether the method's construction evaluates the target (GPVI's default whitening by Pathfinder, precondition
     "auto"; a baseline's check that the target has a log density, one row), which every rank repeats."""
     return (spec["method"] == "gpvi" and spec["options"].get("precondition", "auto") != "none"
-            or spec["method"] == "ensemble")
+            or spec["method"] in ("ensemble", "mfvi"))
 
 #: checkpoint scenarios: (spec name, checkpoint_every, stop after step, steps)
 CHECKPOINTED = {"svgd": (5, 12, 20), "fsvgd": (3, 5, 8), "gpvi": (3, 5, 8)}
@@ -372,7 +380,7 @@ def _assert_same_state(got: Any, expected: Any, path: tuple) -> None:
 # ---- refusals and failures -----------------------------------------------------------------------------------
 
 def test_a_method_that_cannot_share_its_work_refuses_two_ranks() -> None:
-    spec = {"method": "mfvi", "target": GAUSSIAN_2D, "num_particles": 8, "steps": 2}
+    spec = {"method": "hmc", "target": GAUSSIAN_2D, "num_particles": 8, "steps": 2}
     two = RankGroup(rank=0, world_size=2)  # refused before any collective: no process group is needed
     with pytest.raises(errors.ProcessesUnsupported, match="one process only") as caught:
         run(spec, group=two)
@@ -384,6 +392,12 @@ def test_a_method_that_cannot_share_its_work_refuses_two_ranks() -> None:
     svgd = build_method(validate_job_spec({**spec, "method": "svgd", "num_particles": 3}))
     with pytest.raises(errors.ProcessesUnsupported, match="at least as many particles"):
         svgd.use_ranks(RankGroup(rank=0, world_size=4))
+    # mfvi shares a data target's rows: none on a gaussian, at submit and when the ranks start
+    mfvi = {**spec, "method": "mfvi"}
+    with pytest.raises(errors.ProcessesUnsupported, match="shares a data target's rows"):
+        validate_job_spec({**mfvi, "resources": {"processes": 2}})
+    with pytest.raises(errors.ProcessesUnsupported, match="shares a data target's rows"):
+        run(mfvi, group=two)
 
 
 def test_a_collective_with_a_stalled_peer_raises_at_the_timeout(tmp_path: Path) -> None:
