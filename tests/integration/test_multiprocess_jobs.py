@@ -111,6 +111,31 @@ def test_a_killed_rank_costs_one_attempt_and_nothing_else(make_stack) -> None:
     assert job["metrics"]["cov_error_rel"] < 0.15
 
 
+def test_a_killed_rank_zero_is_requeued_and_every_rank_resumes(make_stack) -> None:
+    """Rank 0 is the process that claimed the job (the parent of the local rank it started). SIGKILLed alone, its
+    lease runs out and the job is requeued; the rank it left finds its next collective failing and exits within
+    PARVIS_RANK_TIMEOUT_SECONDS; the next attempt starts both ranks again from the last checkpoint, with every
+    metric point once."""
+    stack = make_stack("embedded", PARVIS_RANK_TIMEOUT_SECONDS="20")
+    stack.start_worker()
+    spec = two_ranks(gaussian_spec(steps=3000, checkpoint_every=300, metrics_every=100))
+    job_id = stack.submit(spec).json()["id"]
+    wait_for(lambda: (stack.job(job_id)["checkpoint_step"] or 0) >= 300, 180, what="a checkpoint")
+    (rank_one,) = wait_for(lambda: rank_processes(job_id), 30, what="the local rank")
+    rank_zero = rank_one.parent()
+    checkpoint = stack.job(job_id)["checkpoint_step"]
+    rank_zero.send_signal(signal.SIGKILL)
+    wait_for(lambda: not rank_one.is_running() or rank_one.status() == psutil.STATUS_ZOMBIE, 90,
+             what="the rank rank 0 left to exit")
+
+    job = stack.wait_status(job_id, FINISHED, timeout=300)
+    assert job["status"] == "succeeded", stack.log_tail()
+    assert job["attempt"] == 2 and job["error"] is None and job["ranks"] == 2
+    assert checkpoint <= job["resumed_from_step"] < 3000 and job["resumed_from_step"] % 300 == 0
+    assert metric_steps(stack, job_id) == list(range(100, 3001, 100))  # every point, once, in order
+    assert job["metrics"]["cov_error_rel"] < 0.15
+
+
 def test_cancel_stops_every_rank(make_stack) -> None:
     stack = make_stack("embedded")
     stack.start_worker()
