@@ -27,7 +27,10 @@ SLOW_DRAWS = 100_000  # seconds of compute on one thread
 
 
 def test_predict_waits_for_the_compute_pool_while_polls_do_not(make_stack: Callable[..., Stack]) -> None:
-    stack = make_stack("embedded", PARVIS_SAMPLE_CONCURRENCY="1", PARVIS_MAX_PREDICT_VALUES="10000000")
+    # the slow request's 100,000 hypernetwork draws take ~180 MB to generate: over half the default request memory
+    # budget (a 413 at once, app.api.routes.predict.check_draw_memory), so this stack allows them
+    stack = make_stack("embedded", PARVIS_SAMPLE_CONCURRENCY="1", PARVIS_MAX_PREDICT_VALUES="10000000",
+                       PARVIS_REQUEST_MEMORY_BYTES=str(1024**3))
     stack.start_worker()
     spec = {"method": "amortized_svgd", "target": TARGET, "num_particles": 16, "steps": 40, "seed": 2}
     job = stack.wait_status(stack.submit(spec).json()["id"], {"succeeded", "failed"}, timeout=300)
