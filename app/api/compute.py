@@ -235,22 +235,25 @@ def check_jacobian_work(generator: Any, draws: int) -> None:
                       "draws or proposals")
 
 
+def generator_widths(config: dict[str, Any]) -> tuple[int, list[int]]:
+    """(k, the layer widths k → hidden → output) of a stored generator's config."""
+    structure = config.get("generator", {})
+    k = int(structure.get("input_dim", 0)) or 1
+    return k, [k, *(int(w) for w in structure.get("hidden", [])), int(structure.get("output_dim", 0)) or 1]
+
+
 def draw_bytes(config: dict[str, Any]) -> int:
     """Bytes one draw of a stored generator takes to compute: its noise, every layer's activations and its output
     in float32, twice (the temporaries beside them)."""
-    structure = config.get("generator", {})
-    k = int(structure.get("input_dim", 0)) or 1
-    widths = [k, *(int(w) for w in structure.get("hidden", [])), int(structure.get("output_dim", 0)) or 1]
-    return (int(structure.get("noise_dim", 0) or k) + sum(widths)) * 4 * 2
+    k, widths = generator_widths(config)
+    return (int(config.get("generator", {}).get("noise_dim", 0) or k) + sum(widths)) * 4 * 2
 
 
 def density_chunk(generator: Any, draws: int, budget: EvaluationBudget) -> int:
     """Draws whose exact log q is computed at once within the budget (forward-mode tangents: k × the widest
     layer per draw, float64, a few copies); 413 `limit_exceeded` up front when the draws themselves (noise,
     activations and outputs in float32, computed in one call for bit-identical draws) are over the budget."""
-    structure = generator.config.get("generator", {})
-    k = int(structure.get("input_dim", 0)) or 1
-    widths = [k, *(int(w) for w in structure.get("hidden", [])), int(structure.get("output_dim", 0)) or 1]
+    k, widths = generator_widths(generator.config)
     per_draw = draw_bytes(generator.config)
     if draws * per_draw > budget.memory_bytes:
         raise Problem(413, "limit_exceeded", f"{draws} draws of this generator take about {draws * per_draw} bytes "

@@ -212,10 +212,9 @@ class WeightPredictor(Predictor):
     def _input_chunk(self, prepared: Tensor, m: int, per_input: int) -> int:
         return max(1, min(m, PREDICT_CHUNK_ELEMENTS // max(1, prepared.shape[0] * per_input)))
 
-    def _evaluate(self, prepared: Tensor, x: Tensor) -> tuple[Tensor, Tensor | None]:
+    def _evaluate(self, weights: Tensor, x: Tensor) -> tuple[Tensor, Tensor | None]:
         # The network in float32, the precision draws are stored in (samplers and predictor archives are
         # float32; a float64 batched forward costs several times more), the mixture in float64.
-        weights = prepared
         with torch.no_grad():
             outputs = self.network_outputs(weights, self.standardize(x).to(torch.float32)).to(torch.float64)
         if self.task == "classification":
