@@ -230,7 +230,7 @@ def run(
         with counter.paused():
             # Held-out metrics (test RMSE/LL, accuracy/NLL) when the data has a test part; see metrics.heldout.
             final = {**evaluate(method, evaluator=evaluator), **heldout_metrics(method),
-                     "grad_evals": float(counter.count)}
+                     **method.summary_metrics(), "grad_evals": float(counter.count)}
             if method.converged_step is not None:
                 final["converged_step"] = float(method.converged_step)
             quality = quality_report(method, final)

@@ -146,6 +146,10 @@ class Method:
         lists merged into the general ones."""
         return {}
 
+    def summary_metrics(self) -> dict[str, float]:
+        """Method-specific entries of the run's final metrics (e.g. `selected_step`); none by default."""
+        return {}
+
     def fit_metrics(self) -> dict[str, float]:
         """The evaluation of a method whose particles are not points of the target's space
         (`particles_in_target_space` False): its own predictive fit."""

@@ -9,7 +9,7 @@ the error on new inputs: an empirical-Bayes choice of ours, not the papers'.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -112,6 +112,10 @@ class HoldoutSelection:
             with torch.no_grad():
                 for name, t in live.items():
                     t.copy_(kept[name])
+
+    def readout(self, live: Callable[[], dict[str, Tensor]], score: Callable[[], Tensor]):
+        """`applied` to the method's live tensors, its live per-row scores computed only when a state is kept."""
+        return self.applied(live(), score() if self.state is not None else torch.zeros(0))
 
     def state_dict(self) -> dict[str, Any]:
         return {"best": self.best, "step": self.step, "rows": self.rows, "state": self.state}

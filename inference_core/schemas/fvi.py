@@ -120,12 +120,6 @@ class FVIOptions(NoiseHoldoutOptions):
     noise_std_init: float = Field(
         default=0.5, gt=0, le=100,
         description="initial σ_π (model units) when the target's noise is not fixed; then learnt by eq. 20")
-    holdout_selection_every: int = Field(
-        default=100, ge=0, le=1_000_000,
-        description="[inferred] with held-out rows (`noise_holdout`), score the held-out predictive log-likelihood "
-        "every this many posterior steps with the same draws, keep the best-scoring state, and take the results "
-        "(draws, sampler, metrics) from it where the final state scores worse by more than one paired standard error: "
-        "early stopping, since the adapted generator can go on fitting its rows' noise (0: the final state)")
     predictive_draws: int = Field(default=100, ge=2, le=100_000,
                                   description="function draws behind `particles()` and the fit metrics")
 

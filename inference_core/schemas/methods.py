@@ -20,6 +20,13 @@ class NoiseHoldoutOptions(StrictModel):
         "std on (methods.holdout): the noise then fits those rows' predictive error instead of the rows the "
         "generator fits, which it overfits (0: none held out, the papers' objective alone; a fixed noise holds out "
         "nothing)")
+    holdout_selection_every: int = Field(
+        default=100, ge=0, le=1_000_000,
+        description="[inferred] with held-out rows (`noise_holdout`), score the held-out predictive log-likelihood "
+        "every this many steps (FVI: posterior steps) with the same draws, keep the best-scoring state, and take the "
+        "results (draws, sampler, metrics) from it where the final state scores worse by more than one paired "
+        "standard error: early stopping, since a generator whose functions adapt to the data can go on fitting its "
+        "rows' noise (methods.holdout.HoldoutSelection; 0: the final state)")
 
 
 class OptimizerOptions(StrictModel):

@@ -278,8 +278,7 @@ class FVI(Method):
     def _selected(self):
         """Context in which the live tensors hold the selected state where it replaces the final one
         (`holdout_selection_every`, `HoldoutSelection.replaces`); it yields whether it does."""
-        live_rows = self._selection_rows() if self.selection.state is not None else torch.zeros(0)
-        return self.selection.applied(self._live_state(), live_rows)
+        return self.selection.readout(self._live_state, self._selection_rows)
 
     def q_precision(self) -> Tensor:
         return torch.exp(-2 * self.q_log_std)

@@ -48,12 +48,21 @@ from torch import Tensor
 from inference_core.methods.directions import svgd_direction, svgd_direction_rows
 from inference_core.methods.function_space.fpovi import FunctionSpaceDirection
 from inference_core.methods.generative.base import STREAM_FIRST_BATCH, GenerativeMethod
-from inference_core.methods.holdout import fit_batch, holdout_split, predictive_log_likelihood
+from inference_core.methods.holdout import (
+    SELECTION_DRAWS,
+    SELECTION_STREAM,
+    HoldoutSelection,
+    fit_batch,
+    holdout_split,
+    predictive_log_likelihood,
+)
 from inference_core.methods.optim import make_optimizer
+from inference_core.samplers import Sampler
 from inference_core.schemas.generative import AmortizedFSVGDOptions
 from inference_core.schemas.methods import OptimizerOptions
 from inference_core.seeding import derive_seed
 from inference_core.targets.base import Target
+from inference_core.targets.counting import record_evaluations
 
 #: Adam lr of the shared, held-out-calibrated log σ
 SHARED_NOISE_LR = 1e-2
@@ -91,6 +100,8 @@ class AmortizedFSVGD(FunctionSpaceDirection, GenerativeMethod):
             math.log(options.noise_init), dtype=self.dtype, device=device, requires_grad=True)
         self.noise_optimizer = None if self.shared_log_std is None else make_optimizer(
             [self.shared_log_std], OptimizerOptions(name="adam", lr=SHARED_NOISE_LR))
+        #: early stopping on the held-out rows (`holdout_selection_every`; methods.holdout.HoldoutSelection)
+        self.selection = HoldoutSelection(options.holdout_selection_every if self.shared_log_std is not None else 0)
 
     @property
     def generator(self) -> torch.Generator:  # type: ignore[override]
@@ -239,13 +250,69 @@ class AmortizedFSVGD(FunctionSpaceDirection, GenerativeMethod):
             self._write_shared_noise()
         return {**info, "direction_norm": norm}
 
+    def step(self) -> dict[str, float]:
+        metrics = super().step()
+        if self.selection.due(self.step_count):
+            rows = self._selection_rows()
+            record_evaluations(self.target, SELECTION_DRAWS)  # the check's held-out likelihoods, no gradient
+            self.selection.offer(self.step_count, rows, self._live_state(fresh_batch=True))
+            metrics["holdout_score"] = float(rows.mean())
+        return metrics
+
+    # ---- early stopping on the held-out rows ---------------------------------------------------------------
+
+    def _selection_rows(self) -> Tensor:
+        """The held-out rows' predictive log-likelihoods [m] (model units) under SELECTION_DRAWS draws of the
+        generator from a fixed stream (the same at every check; the run's RNG is not touched) and the shared σ."""
+        g = torch.Generator().manual_seed(derive_seed(self.seed, SELECTION_STREAM))
+        X, y = self.target.rows(self.holdout_rows)  # type: ignore[attr-defined]
+        with torch.no_grad():
+            weights = self.network(self.noise(SELECTION_DRAWS, g))[:, : self.n_weights]
+            f = self.function_values(weights, X)
+            return predictive_log_likelihood(f, y, self.shared_log_std.detach()).double()  # type: ignore[union-attr]
+
+    def _live_state(self, fresh_batch: bool = False) -> dict[str, Tensor]:
+        """What the results are read from: the generator's tensors, the shared σ and the batch behind
+        `particles()` (the live tensors themselves). `fresh_batch`: that batch drawn anew from the generator as it
+        is now (a fixed stream), for the state `HoldoutSelection.offer` keeps: the live batch is the one the last
+        step updated the generator at, one step behind it."""
+        batch = self.last_batch
+        if fresh_batch:
+            g = torch.Generator().manual_seed(derive_seed(self.seed, SELECTION_STREAM, 1))
+            with torch.no_grad():
+                batch = self.network(self.noise(self.num_particles, g)).detach()
+        return {**{f"generator.{name}": t for name, t in self.network.state_dict(keep_vars=True).items()},
+                "shared_log_std": self.shared_log_std, "last_batch": batch}  # type: ignore[dict-item]
+
+    def _selected(self):
+        """Context in which the live tensors hold the selected state where it replaces the final one (yields
+        whether it does; `HoldoutSelection.applied`)."""
+        return self.selection.readout(self._live_state, self._selection_rows)
+
+    def particles(self) -> Tensor:
+        with self._selected():
+            return super().particles().clone()
+
+    def sampler(self) -> Sampler:
+        with self._selected():  # the sampler copies the generator's tensors
+            return super().sampler()
+
+    def summary_metrics(self) -> dict[str, float]:
+        """`selected_step`: the step of the run the results come from (the last one unless the selection replaced
+        it), where the selection is on."""
+        if not self.selection.every:
+            return {}
+        with self._selected() as replaced:
+            return {"selected_step": float(self.selection.step if replaced else self.step_count)}
+
     # ---- checkpoints ---------------------------------------------------------------------------------------
 
     def extra_state(self) -> dict[str, Any]:
         state: dict[str, Any] = {"bandwidth_rule": self.bandwidth_rule.state_dict()}
         if self.shared_log_std is not None:
             state.update(shared_log_std=self.shared_log_std.detach().clone(),
-                         noise_optimizer=self.noise_optimizer.state_dict())  # type: ignore[union-attr]
+                         noise_optimizer=self.noise_optimizer.state_dict(),  # type: ignore[union-attr]
+                         selection=self.selection.state_dict())
         return state
 
     def load_extra_state(self, state: dict[str, Any]) -> None:
@@ -254,3 +321,5 @@ class AmortizedFSVGD(FunctionSpaceDirection, GenerativeMethod):
             with torch.no_grad():
                 self.shared_log_std.copy_(state["shared_log_std"])
             self.noise_optimizer.load_state_dict(state["noise_optimizer"])  # type: ignore[union-attr]
+            if "selection" in state:  # checkpoints written before `holdout_selection_every` hold none
+                self.selection.load_state_dict(state["selection"])
