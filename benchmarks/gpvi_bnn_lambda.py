@@ -30,18 +30,27 @@ from reproduce_bnn_figures import N_DRAWS, RESULTS, region_means, regression_set
 
 from inference_core import run  # noqa: E402
 
-#: name → generator options over Figure 1's [32, 32] (k = 32 unless noise_dim says otherwise; d = 151).
+#: name → generator options over Figure 1's [32, 32] (k = 32 unless noise_dim says otherwise; d = 151). The first
+#: study (2026-11-27) ran before eq. 9's expectation over the updated batch became the BNN default, so its variants
+#: keep the independent batch z' they were measured with; the `same_` ones use the batch itself (today's default).
+INDEPENDENT = {"_expectation": "independent"}
 VARIANTS = {
-    "lam0.1": {"lambda": 0.1},
-    "lam0.1_trained": {"lambda": 0.1, "lambda_trainable": True},
-    "lam0.03": {"lambda": 0.03},
-    "lam0.01": {"lambda": 0.01},
-    "lam0.01_trained": {"lambda": 0.01, "lambda_trainable": True},
-    "lam0.001": {"lambda": 0.001},
-    "k151": {"noise_dim": 151},  # k = d: no λ term (ALF)
+    "lam0.1": {"lambda": 0.1, **INDEPENDENT},
+    "lam0.1_trained": {"lambda": 0.1, "lambda_trainable": True, **INDEPENDENT},
+    "lam0.03": {"lambda": 0.03, **INDEPENDENT},
+    "lam0.01": {"lambda": 0.01, **INDEPENDENT},
+    "lam0.01_trained": {"lambda": 0.01, "lambda_trainable": True, **INDEPENDENT},
+    "lam0.001": {"lambda": 0.001, **INDEPENDENT},
+    "k151": {"noise_dim": 151, **INDEPENDENT},  # k = d: no λ term (ALF)
     # Is it the matrix helper's inverse? The same generator with the exact k×k Jacobian solve, and the pairwise one.
-    "exact_lam0.01": {"lambda": 0.01, "_method": "gpvi_exact"},
-    "pairwise_lam0.01": {"lambda": 0.01, "_helper": "pairwise"},
+    "exact_lam0.01": {"lambda": 0.01, "_method": "gpvi_exact", **INDEPENDENT},
+    "pairwise_lam0.01": {"lambda": 0.01, "_helper": "pairwise", **INDEPENDENT},
+    # With the expectation over the updated batch: which λ (2026-11-29).
+    "same_lam0.01": {"lambda": 0.01, "_expectation": "same"},
+    "same_lam0.003": {"lambda": 0.003, "_expectation": "same"},
+    "same_lam0.001": {"lambda": 0.001, "_expectation": "same"},
+    # The injective structure (generator.structure "coupling") at the new λ.
+    "same_coupling_lam0.001": {"lambda": 0.001, "structure": "coupling", "_expectation": "same"},
 }
 
 
@@ -51,8 +60,9 @@ def measure(name: str, steps: int, device: str, threads: int) -> dict:
     st = target.standardization
     variant = dict(VARIANTS[name])
     method, helper = variant.pop("_method", "gpvi"), variant.pop("_helper", "matrix")
+    expectation = variant.pop("_expectation")
     generator = {"hidden": [32, 32], "noise_dim": 32, **variant}
-    options = {"generator": generator, "optimizer": {"name": "adam", "lr": 1e-3}}
+    options = {"generator": generator, "optimizer": {"name": "adam", "lr": 1e-3}, "expectation": expectation}
     if method == "gpvi":
         options["helper"] = helper
     job = {"method": method, "target": spec, "num_particles": N_DRAWS, "steps": steps, "seed": 0, "device": device,
@@ -63,7 +73,7 @@ def measure(name: str, steps: int, device: str, threads: int) -> dict:
     network = result.method.network.to("cpu")
     k, width = network.input_dim, network.noise_dim
     z = torch.randn(N_DRAWS, width, generator=torch.Generator().manual_seed(1), dtype=torch.float32)
-    record = {"name": name, "method": method, "helper": helper if method == "gpvi" else None, "steps": steps, "device": device, "wall_s": round(wall, 1), "k": k, "d": target.dim,
+    record = {"name": name, "method": method, "helper": helper if method == "gpvi" else None, "steps": steps, "device": device, "wall_s": round(wall, 1), "k": k, "d": target.dim, "expectation": expectation,
               "lambda_final": network.lam_float(), "generator": generator}
     for label, noise in (("full", z), ("prefix_only", torch.cat([z[:, :k], torch.zeros_like(z[:, k:])], 1))):
         with torch.no_grad():

@@ -47,7 +47,7 @@ from inference_core.targets.base import Target
 
 #: The generator structure GPVI gives BNN hypernetworks when `generator.structure` is left out (see
 #: `default_structure`). Kept "residual": measured on the GPVI paper's Figure 1 BNN (benchmarks/
-#: reproduce_bnn_figures.py's target and generator [32, 32], k = 32, d = 151, λ = 0.01, matrix helper, 100
+#: reproduce_bnn_figures.py's target and generator [32, 32], k = 32, d = 151, λ = 0.01 (the default then), matrix helper, 100
 #: particles, Adam 1e-3, seed 0; shared 2-core CPU, 1 thread), mean predictive sd of 100 draws on the data / in the
 #: gap (NUTS: 0.085 / 0.134):
 #:     2,000 steps: residual 1.08 / 0.90 (17 s), coupling 1.74 / 0.64 (79 s)
@@ -82,7 +82,8 @@ class _GPVIBase(GenerativeMethod):
     def default_lambda(self, k: int, d: int, own_init: bool, whitened: bool) -> float:
         """Paper §3.2: λ = 1; no λ term when k = d (ALF: f = g, J_f = J_g) unless trained whitened, where λ = 1
         and g's zeroed output layer start the generator at the Pathfinder Gaussian (base.whitened_view); BNN-like
-        targets HYPERNETWORK_LAMBDA (0.01; ALF's 0.1 floors every weight's sd at 0.1)."""
+        targets HYPERNETWORK_LAMBDA (0.001; λz floors every weight's sd at λ, ALF's 0.1 and our former 0.01 spread the
+        weights measurably, see base.HYPERNETWORK_LAMBDA)."""
         if k == d:
             return 1.0 if whitened else 0.0
         return HYPERNETWORK_LAMBDA if own_init else 1.0

@@ -38,3 +38,27 @@ def test_a_renamed_spelling_is_the_same_protocol_and_a_changed_default_is_not() 
     before_selection = copy.deepcopy(fvi)
     del before_selection["resolved_options"]["holdout_selection_every"]  # a new option with a new behaviour
     assert not reproduce_uci.same_protocol(before_selection, fvi)
+
+
+def test_an_option_added_later_matches_old_cells_only_at_the_value_they_ran_with() -> None:
+    current = reproduce_uci.protocol("boston", "amortized_fsvgd")
+    assert current["resolved_options"]["holdout_selection_every"] == 0  # what the recorded cells ran
+    old = copy.deepcopy(current)
+    del old["options"]["holdout_selection_every"], old["resolved_options"]["holdout_selection_every"]
+    assert reproduce_uci.same_protocol(old, current)
+    with_default = copy.deepcopy(current)
+    del with_default["options"]["holdout_selection_every"]
+    with_default["resolved_options"]["holdout_selection_every"] = 100
+    assert not reproduce_uci.same_protocol(old, with_default)
+
+
+def test_gpvi_cells_record_the_lambda_they_ran_with() -> None:
+    """λ is spelled out in GPVI's protocol, so a change of the BNN-hypernetwork default makes its cells stale."""
+    from inference_core.methods.generative.base import HYPERNETWORK_LAMBDA
+
+    current = reproduce_uci.protocol("boston", "gpvi")
+    assert current["resolved_options"]["generator"]["lambda"] == HYPERNETWORK_LAMBDA
+    before = copy.deepcopy(current)
+    before["options"].pop("generator")
+    before["resolved_options"]["generator"]["lambda"] = None  # the cells of the 0.01 default
+    assert not reproduce_uci.same_protocol(before, current)
