@@ -94,6 +94,11 @@ def test_requests_are_shed_while_the_event_loop_runs_behind() -> None:
     app = InFlightLimitMiddleware(Starlette(routes=[Route("/v1/hog", hog), Route("/v1/quick", quick),
                                                     Route("/v1/wait", waiting), Route("/v1/health/live", quick)]),
                                   limit=100, max_loop_lag=0.1)
+    # Samples every 0.2 s and hogs of 0.35 s: a hog that starts within a sample's sleep makes it wake > 0.15 s late
+    # whatever the gap between hogs up to 0.2 s. With the default 0.02 s, a loaded CI machine's gaps between the
+    # client's requests let a sample come on time between two hogs, and the backlog was admitted (200, not 503).
+    app.LAG_SAMPLE_S = 0.2
+    hog_s = 0.35
 
     async def scenario() -> None:
         transport = httpx.ASGITransport(app=app)
@@ -105,7 +110,7 @@ def test_requests_are_shed_while_the_event_loop_runs_behind() -> None:
             await asyncio.sleep(0.001)
             assert (await client.get("/v1/quick")).status_code == 200
             for _ in range(4):  # a lasting backlog: every sample of the loop comes late
-                await client.get("/v1/hog", params={"s": 0.15})
+                await client.get("/v1/hog", params={"s": hog_s})
                 await asyncio.sleep(0.001)
             assert app.loop_lag > 0.1
             # A slow machine serving a few requests is not overloaded: below ALWAYS_ADMITTED in flight, served.
@@ -116,14 +121,14 @@ def test_requests_are_shed_while_the_event_loop_runs_behind() -> None:
                     for _ in range(app.ALWAYS_ADMITTED)]
             await asyncio.sleep(0.001)
             for _ in range(4):
-                await client.get("/v1/hog", params={"s": 0.15})
+                await client.get("/v1/hog", params={"s": hog_s})
                 await asyncio.sleep(0.001)
             refused = await client.get("/v1/quick")
             assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
             assert "behind" in refused.json()["detail"]
             assert (await client.get("/v1/health/live")).status_code == 200  # probes are never shed
             assert [a.status_code for a in await asyncio.gather(*held)] == [200] * app.ALWAYS_ADMITTED
-            await asyncio.sleep(0.15)  # the loop catches up: work is taken again
+            await asyncio.sleep(2 * app.LAG_SAMPLE_S)  # the loop catches up: work is taken again
             assert app.loop_lag < 0.1
             assert (await client.get("/v1/quick")).status_code == 200
 

@@ -302,9 +302,10 @@ def test_a_100_dimensional_posterior_gets_more_particles_than_dimensions(engine:
 
 def test_oversampling_fixes_a_hierarchical_scale_that_100_particles_leave_biased() -> None:
     """Non-centred eight schools, seed 1 (the suite's NUTS reference): with 100 particles SVGD's fixed point leaves
-    log τ's sd 0.29 too wide (log units); Pathfinder's paths disagree by 3.05 of its sds (> oversample_above), so
-    `auto` moves 300 and returns the herded 100, within the bars. Evaluations count all 300; a target whose paths
-    agree (the rotated Gaussian) keeps its 100."""
+    log τ's sd too wide (log units: 0.29 on one CPU; 0.23 on another, whose BLAS rounds differently: just inside the
+    bars and called `unreliable`); Pathfinder's paths disagree by 3.05 of its sds (> oversample_above), so `auto`
+    moves 300 and returns the herded 100, within the bars with log τ's error at least halved. Evaluations count all
+    300; a target whose paths agree (the rotated Gaussian) keeps its 100."""
     from benchmarks.robustness import problems as suite
     from benchmarks.robustness.scoring import load_reference, score
 
@@ -316,8 +317,10 @@ def test_oversampling_fixes_a_hierarchical_scale_that_100_particles_leave_biased
         assert result.particles.shape == (100, 10)
         results[oversample] = result
         scores[oversample] = score(result.particles.double().numpy(), reference["mean"], reference["sd"])
-    assert not scores[1]["pass"] and scores[1]["worst_sd_param"] == "1", scores[1]  # x[1] = log τ
+    assert scores[1]["worst_sd_param"] == "1", scores[1]  # x[1] = log τ: what 100 particles get wrong
+    assert scores[1]["pass"] or results[1].quality["verdict"] != "good", scores[1]  # never a silent miss
     assert scores[3]["pass"], scores[3]
+    assert scores[3]["log_sd_error"] < 0.5 * scores[1]["log_sd_error"], (scores[1], scores[3])
     quality = results[3].quality
     assert quality["ensemble_size"] == 300 and results[1].quality["ensemble_size"] == 100
     # the paths' chosen means spread over more than a posterior sd (a skewed log τ), yet each lies within the
