@@ -12,9 +12,9 @@ width, or k). λ is a float (a trainable λ is held as `log_lambda`).
 Two structures (`structure`; GPVI issue 40):
 
 * "residual" (the paper's eq. 6, and the only one before): f(z) = g(z[:k]) + λz, J_f = [[A + λI_k, 0], [B, λI]]
-  with A = W_top J_φ. Nothing keeps det(A + λI) away from zero: on BNN hypernetworks (λ = 0.01 then, 0.001 now) its sign changes
-  across draws, the generator folds and its log q is a branch density (measured: GPVI on the GPVI paper's Figure 1
-  BNN, d = 151, k = 32, det ∂f/∂z < 0 at 989 of 2,000 draws after 2,000 steps, 1,023 after 5,000).
+  with A = W_top J_φ. Nothing keeps det(A + λI) away from zero: on BNN hypernetworks its sign changes across draws,
+  the generator folds and its log q is a branch density (measured at the λ = 0.01 of then: GPVI on the GPVI paper's
+  Figure 1 BNN, d = 151, k = 32, det ∂f/∂z < 0 at 989 of 2,000 draws after 2,000 steps, 1,023 after 5,000).
 * "coupling" (injective by construction): the top k outputs are t(u) = shift + exp(log_scale) ⊙ T(u), u = z[:k],
   T an affine coupling flow (`inference_core.coupling.CouplingFlow`: Real NVP, `coupling_layers` couplings whose
   nets have two tanh layers of `coupling_hidden`), and the other d − k outputs are W φ(u) + b + λ z[k:] (the MLP

@@ -47,9 +47,9 @@ from inference_core.targets.base import Target
 
 #: The generator structure GPVI gives BNN hypernetworks when `generator.structure` is left out (see
 #: `default_structure`). Kept "residual": measured on the GPVI paper's Figure 1 BNN (benchmarks/
-#: reproduce_bnn_figures.py's target and generator [32, 32], k = 32, d = 151, λ = 0.01 (the default then), matrix helper, 100
-#: particles, Adam 1e-3, seed 0; shared 2-core CPU, 1 thread), mean predictive sd of 100 draws on the data / in the
-#: gap (NUTS: 0.085 / 0.134):
+#: reproduce_bnn_figures.py's target and generator [32, 32], k = 32, d = 151, λ = 0.01 (the default then), matrix
+#: helper, 100 particles, Adam 1e-3, seed 0, the independent expectation batch of then; shared 2-core CPU, 1 thread),
+#: mean predictive sd of 100 draws on the data / in the gap (NUTS: 0.085 / 0.134):
 #:     2,000 steps: residual 1.08 / 0.90 (17 s), coupling 1.74 / 0.64 (79 s)
 #:     5,000 steps: residual 0.92 / 0.77 (36 s), coupling 1.31 / 0.55 (205 s)
 #: The coupling generator is injective (certificate density "exact"; the residual one folds: det ∂f/∂z < 0 at 989 and

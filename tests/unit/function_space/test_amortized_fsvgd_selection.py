@@ -14,8 +14,8 @@ from scipy.stats import norm
 from inference_core.methods import holdout
 from inference_core.methods.holdout import SELECTION_DRAWS, SELECTION_STREAM, SELECTION_Z
 from inference_core.seeding import derive_seed
-from inference_core.spec import validate_job_spec
-from inference_core.training import build_method, run
+from tests.support.holdout import assert_resume_carries_the_selection
+from tests.support.holdout import stepped as stepped_by_hand
 
 RNG = np.random.default_rng(7)
 X = np.sort(RNG.uniform(-2.0, 2.0, 120))
@@ -34,13 +34,7 @@ def job(**options) -> dict:
 
 
 def stepped(spec: dict, steps: int = STEPS) -> tuple[object, dict[int, float]]:
-    method = build_method(validate_job_spec(spec))
-    scores = {}
-    for _ in range(steps):
-        metrics = method.step()
-        if "holdout_score" in metrics:
-            scores[method.step_count] = metrics["holdout_score"]
-    return method, scores
+    return stepped_by_hand(spec, steps)
 
 
 def generator_copy(method) -> dict[str, torch.Tensor]:
@@ -98,15 +92,7 @@ def test_the_best_scored_state_is_kept_and_replaces_the_final_one_only_when_clea
 
 
 def test_a_resumed_run_carries_the_selection() -> None:
-    spec = job()
-    straight = run(spec).method
-    first, _ = stepped(spec, 2 * EVERY + 7)
-    assert first.selection.state is not None
-    resumed = run(spec, resume_state=first.state_dict()).method
-    assert resumed.selection.step == straight.selection.step and resumed.selection.best == straight.selection.best
-    for name, t in straight.selection.state.items():
-        assert torch.equal(t, resumed.selection.state[name]), name
-    assert torch.equal(straight.particles(), resumed.particles())
+    assert_resume_carries_the_selection(job(), 2 * EVERY + 7)
 
 
 def test_no_selection_without_held_out_rows() -> None:

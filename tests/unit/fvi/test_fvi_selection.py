@@ -13,8 +13,8 @@ from scipy.stats import norm
 from inference_core.methods import holdout
 from inference_core.methods.holdout import SELECTION_DRAWS, SELECTION_STREAM, SELECTION_Z, HoldoutSelection
 from inference_core.seeding import derive_seed
-from inference_core.spec import validate_job_spec
-from inference_core.training import build_method, run
+from tests.support.holdout import assert_resume_carries_the_selection
+from tests.support.holdout import stepped as stepped_by_hand
 
 RNG = np.random.default_rng(4)
 X = np.sort(RNG.uniform(-2.0, 2.0, 120))
@@ -32,13 +32,7 @@ def job(**options) -> dict:
 
 
 def stepped(spec: dict, steps: int = STEPS) -> tuple[object, dict[int, float]]:
-    method = build_method(validate_job_spec(spec))
-    scores = {}
-    for _ in range(steps):
-        metrics = method.step()
-        if "holdout_score" in metrics:
-            scores[method.step_count] = metrics["holdout_score"]
-    return method, scores
+    return stepped_by_hand(spec, steps)
 
 
 def live_copy(method) -> dict[str, torch.Tensor]:
@@ -103,15 +97,7 @@ def test_the_sampler_and_particles_are_of_the_selected_state(monkeypatch) -> Non
 
 
 def test_a_resumed_run_carries_the_selection() -> None:
-    spec = job()
-    straight = run(spec).method
-    first, _ = stepped(spec, DISTILL + 2 * EVERY + 7)
-    assert first.selection.state is not None
-    resumed = run(spec, resume_state=first.state_dict()).method
-    assert resumed.selection.step == straight.selection.step and resumed.selection.best == straight.selection.best
-    for name, t in straight.selection.state.items():
-        assert torch.equal(t, resumed.selection.state[name]), name
-    assert torch.equal(straight.particles(), resumed.particles())
+    assert_resume_carries_the_selection(job(), DISTILL + 2 * EVERY + 7)
 
 
 def test_holdout_selection_keeps_the_first_best_and_swaps_in_place_when_clearly_better() -> None:
