@@ -390,11 +390,11 @@ def render(regression: dict, classification: dict, open_rows: list[dict], meta: 
              "(`pyro.infer.mcmc.NUTS`) on each `bnn` target's own log-density (float64, full data), one chain from "
              "the target's initialisation, max tree depth 8; the figures use 100 of its draws, evenly thinned (these NUTS "
              "runs predate the `nuts` method; switching would cost re-running 804 s + 606 s of NUTS, so the Pyro-direct "
-             "draws were kept). Rows were run at different times as methods changed: the GPVI rows of Figures 1 and 2 "
-             "on 2026-11-29 at λ = 0.001 (the BNN-hypernetwork default since; Figure 1's side by side with another "
-             "run, two processes on the two cores; Figure 2's beside two UCI cells), the digits' GPVI rows on 2026-11-28 at the λ = 0.01 default of "
-             "then (a rerun at 0.001 is pending), all with `expectation: \"same\"`; the amortized f-SVGD rows on "
-             "2026-11-28; the rest before (their wall times from the machines of those runs).", ""]
+             "draws were kept). Rows were run at different times as methods changed: the GPVI rows of all three "
+             "experiments on 2026-11-29 at λ = 0.001 (the BNN-hypernetwork default since; Figure 1's side by side "
+             "with another run, two processes on the two cores; Figure 2's beside two UCI cells), with `expectation: "
+             "\"same\"`; the amortized f-SVGD rows on 2026-11-28; the rest before (their wall times from the "
+             "machines of those runs).", ""]
     missing = [k for k in FIGURE_METHODS + OPEN_METHODS if k not in METHODS and k != "nuts"]
     if missing:
         lines += [f"Not run: {', '.join(sorted(set(missing)))} (not registered in `METHODS` when this ran); "
