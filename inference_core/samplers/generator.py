@@ -111,6 +111,11 @@ class CouplingTop(nn.Module):
         y, log_det = self.flow(u)
         return self.shift + self.log_scale.exp() * y, log_det + self.log_scale.sum()
 
+    def jacobian(self, u: Tensor) -> Tensor:
+        """∂t/∂u at rows u [n, k], [n, k, k] (output i, input j), on detached weights:
+        diag(exp(log_scale)) ∂T/∂u, T's in closed form (CouplingFlow.forward_jacobian)."""
+        return self.log_scale.detach().exp().unsqueeze(-1) * self.flow.forward_jacobian(u, frozen=True)[1]
+
 
 def coupling_top_forward(tensors: dict[str, Tensor], u: Tensor, flow: CouplingFlow | None = None
                          ) -> tuple[Tensor, Tensor]:

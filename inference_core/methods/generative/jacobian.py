@@ -9,8 +9,8 @@ kernel-matmul coupling) is propagated forward through the layers (the cost of k 
 
 A "coupling" generator (samplers.generator: f(z) = [t(z[:k]); W φ(z[:k]) + b + λ z[k:]]) has
 J_f(z') = [[J_t, 0], [B, λI]] with B = W J_φ as above (W its whole output layer, `w_rest`; `w_top` is None) and
-J_t(z'_j) = ∂t/∂u at u = z'_j[:k], formed here per expectation point by torch.func (vmap of jacfwd over the
-coupling flow, detached weights: k tangents through its small nets, [n', k, k]). Its top system is
+J_t(z'_j) = ∂t/∂u at u = z'_j[:k], formed here per expectation point in closed form (CouplingTop.jacobian: each
+coupling's Jacobian from its nets' tanh slopes, chained; detached weights, [n', k, k]). Its top system is
 S_j = J_t(z'_j)ᵀ (in place of (A_j + λI)ᵀ), always invertible (det J_t > 0), and GPVI solves it exactly:
 P_j = J_t(z'_j)^{-T}, y₁ = P_j (v₁ − Bᵀ v₂/λ), y₂ = v₂/λ (gpvi_math, "Block form").
 """
@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import torch
 from torch import Tensor
-from torch.func import functional_call, jacfwd, vjp, vmap
+from torch.func import vjp, vmap
 
 from inference_core.methods.generative import gpvi_math
 from inference_core.networks import ACTIVATIONS, activation_slope
@@ -129,16 +129,9 @@ class GeneratorJacobian:
         return features_jacobian.transpose(-1, -2) @ self.w_rest.T, z[:, k:], z_expect[:, k:]  # Bᵀ, folded
 
     def coupling_top_jacobians(self) -> Tensor:
-        """J_t(z'_j) = ∂t/∂u at u = z'_j[:k], [n', k, k] (output i, input j), by forward mode on detached weights."""
-        top = self.top
-        params = {name: p.detach() for name, p in top.named_parameters()}
-        buffers = dict(top.named_buffers())
-
-        def t(u: Tensor) -> Tensor:
-            return functional_call(top, (params, buffers), (u.unsqueeze(0),))[0].squeeze(0)
-
+        """J_t(z'_j) = ∂t/∂u at u = z'_j[:k], [n', k, k] (output i, input j), in closed form on detached weights."""
         with torch.no_grad():
-            return vmap(jacfwd(t))(self.z_prefix)
+            return self.top.jacobian(self.z_prefix)
 
     def top_system(self, features_jacobian: Tensor | None, lam: float) -> Tensor:
         """S_j = J_f's top-left block transposed, [n', k, k]: (A_j + λI)ᵀ, or J_t(z'_j)ᵀ for a "coupling" generator."""
