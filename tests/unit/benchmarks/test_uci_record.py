@@ -41,15 +41,16 @@ def test_a_renamed_spelling_is_the_same_protocol_and_a_changed_default_is_not() 
 
 
 def test_an_option_added_later_matches_old_cells_only_at_the_value_they_ran_with() -> None:
+    """A cell recorded before `holdout_selection_every` existed ran without it (ADDED_OPTIONS: 0): it is the same
+    protocol as one that sets 0, and stale under today's default (100), which the committed cells ran with."""
     current = reproduce_uci.protocol("boston", "amortized_fsvgd")
-    assert current["resolved_options"]["holdout_selection_every"] == 0  # what the recorded cells ran
+    assert current["resolved_options"]["holdout_selection_every"] == 100
     old = copy.deepcopy(current)
-    del old["options"]["holdout_selection_every"], old["resolved_options"]["holdout_selection_every"]
-    assert reproduce_uci.same_protocol(old, current)
-    with_default = copy.deepcopy(current)
-    del with_default["options"]["holdout_selection_every"]
-    with_default["resolved_options"]["holdout_selection_every"] = 100
-    assert not reproduce_uci.same_protocol(old, with_default)
+    del old["resolved_options"]["holdout_selection_every"]
+    assert not reproduce_uci.same_protocol(old, current)
+    without = copy.deepcopy(current)
+    without["options"]["holdout_selection_every"] = without["resolved_options"]["holdout_selection_every"] = 0
+    assert reproduce_uci.same_protocol(old, without)
 
 
 def test_gpvi_cells_record_the_lambda_they_ran_with() -> None:
