@@ -41,8 +41,8 @@ class AffineCoupling(nn.Module):
     def conditioner(self, fixed: Tensor, frozen: bool = False) -> tuple[Tensor, Tensor]:
         """(log scale, shift) from the fixed half; `frozen` reads the weights without their gradient (STL)."""
         (w1, b1), (w2, b2), (w3, b3) = self._linears(frozen)
-        h = nn.functional.linear(torch.tanh(nn.functional.linear(torch.tanh(nn.functional.linear(fixed, w1, b1)),
-                                                                 w2, b2)), w3, b3)
+        h = torch.tanh(nn.functional.linear(fixed, w1, b1))
+        h = nn.functional.linear(torch.tanh(nn.functional.linear(h, w2, b2)), w3, b3)
         free = 1 - self.mask
         log_scale, shift = h.chunk(2, dim=-1)
         return free * SCALE_BOUND * torch.tanh(log_scale / SCALE_BOUND), free * shift
