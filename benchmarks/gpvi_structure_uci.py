@@ -3,6 +3,7 @@
 `reproduce_uci.py` otherwise unchanged (its GPVI setting, one torch thread per cell, seed = split).
 
     python benchmarks/gpvi_structure_uci.py --datasets boston,energy,yacht --splits 0 --workers 2   # resumable
+    python benchmarks/gpvi_structure_uci.py --variants coupling_layers8 --datasets yacht --splits 0
     python benchmarks/gpvi_structure_uci.py --compare                                             # print only
     python benchmarks/gpvi_structure_uci.py --step-time      # ms per step, both structures, side by side
 
@@ -27,29 +28,33 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import reproduce_uci as uci  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "uci_gpvi_coupling.json"
-COUPLING = "gpvi_coupling"
+#: variant → generator options added to reproduce_uci's GPVI setting; a cell is stored as "<data set>/gpvi_<variant>/<split>"
+VARIANTS: dict[str, dict] = {
+    "coupling": {"structure": "coupling"},
+    "coupling_layers8": {"structure": "coupling", "coupling_layers": 8},
+    "coupling_hidden128": {"structure": "coupling", "coupling_hidden": 128},
+}
 
 
-def coupling_setting() -> uci.MethodSetting:
-    """reproduce_uci's GPVI setting with `generator.structure: "coupling"` added."""
+def variant_setting(variant: str) -> uci.MethodSetting:
+    """reproduce_uci's GPVI setting with the variant's generator options added."""
     gpvi = uci.METHODS["gpvi"]
     options = json.loads(json.dumps(gpvi.options))
-    options["generator"]["structure"] = "coupling"
-    return uci.MethodSetting(gpvi.method, "GPVI (coupling generator)", gpvi.num_particles, options,
-                             max_splits=gpvi.max_splits)
+    options["generator"].update(VARIANTS[variant])
+    return uci.MethodSetting(gpvi.method, f"GPVI ({variant})", gpvi.num_particles, options, max_splits=gpvi.max_splits)
 
 
 def compare() -> list[str]:
-    """One line per coupling cell: test RMSE / NLL (original units) and seconds, beside the residual cell."""
+    """One line per variant cell: test RMSE / NLL (original units) and seconds, beside the residual cell."""
     coupling = uci.load_results(RESULTS)["cells"]
     residual = uci.load_results(uci.RESULTS)["cells"]
     lines = []
     for key in sorted(coupling):
-        dataset, _, split = key.split("/")
+        dataset, method, split = key.split("/")
         mine, theirs = coupling[key], residual.get(uci.cell_key(dataset, "gpvi", int(split)))
         if "error" in mine or theirs is None or "error" in theirs:
             continue
-        lines.append(f"{dataset} split {split}: coupling RMSE {mine['test_rmse']:.3f}, NLL {-mine['test_ll']:.3f}, "
+        lines.append(f"{dataset} split {split}: {method.removeprefix('gpvi_')} RMSE {mine['test_rmse']:.3f}, NLL {-mine['test_ll']:.3f}, "
                      f"{mine['cell_s']:.0f} s; residual RMSE {theirs['test_rmse']:.3f}, NLL {-theirs['test_ll']:.3f}, "
                      f"{theirs['cell_s']:.0f} s")
     return lines
@@ -82,6 +87,7 @@ def main() -> None:
     parser.add_argument("--datasets", default="boston,energy,yacht")
     parser.add_argument("--splits", default="0")
     parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--variants", default="coupling", help=f"comma-separated, of {list(VARIANTS)}")
     parser.add_argument("--compare", action="store_true", help="print the comparison of the stored cells only")
     parser.add_argument("--step-time", action="store_true", help="time a step of each structure (Figure 1's BNN)")
     args = parser.parse_args()
@@ -93,10 +99,15 @@ def main() -> None:
         uci.save_results(RESULTS, results)
         print(results["step_time"], f"coupling / residual: {times['coupling'] / times['residual']:.2f}")
         return
-    uci.METHODS[COUPLING] = coupling_setting()  # the grid reads its setting by this key (cells: ".../gpvi_coupling/s")
+    variants = [v for v in args.variants.split(",") if v]
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown:
+        parser.error(f"unknown variant(s) {unknown}; known: {list(VARIANTS)}")
+    for variant in variants:  # the grid reads a setting by its key, which names the cells
+        uci.METHODS[f"gpvi_{variant}"] = variant_setting(variant)
     if not args.compare:
         uci.run_grid(argparse.Namespace(
-            datasets=[d for d in args.datasets.split(",") if d], methods=[COUPLING],
+            datasets=[d for d in args.datasets.split(",") if d], methods=[f"gpvi_{v}" for v in variants],
             splits=uci.parse_splits(args.splits), workers=args.workers, results=RESULTS, time_budget=None, scale=1.0))
     print("\n".join(compare()))
 
