@@ -46,12 +46,12 @@ def variant_setting(variant: str) -> uci.MethodSetting:
 
 def compare() -> list[str]:
     """One line per variant cell: test RMSE / NLL (original units) and seconds, beside the residual cell."""
-    coupling = uci.load_results(RESULTS)["cells"]
+    variants = uci.load_results(RESULTS)["cells"]
     residual = uci.load_results(uci.RESULTS)["cells"]
     lines = []
-    for key in sorted(coupling):
+    for key in sorted(variants):
         dataset, method, split = key.split("/")
-        mine, theirs = coupling[key], residual.get(uci.cell_key(dataset, "gpvi", int(split)))
+        mine, theirs = variants[key], residual.get(uci.cell_key(dataset, "gpvi", int(split)))
         if "error" in mine or theirs is None or "error" in theirs:
             continue
         lines.append(f"{dataset} split {split}: {method.removeprefix('gpvi_')} RMSE {mine['test_rmse']:.3f}, NLL {-mine['test_ll']:.3f}, "

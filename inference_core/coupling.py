@@ -38,14 +38,22 @@ class AffineCoupling(nn.Module):
         return [(layer.weight.detach(), layer.bias.detach()) if frozen else (layer.weight, layer.bias)
                 for layer in layers]
 
+    def _hidden(self, fixed: Tensor, frozen: bool) -> tuple[Tensor, Tensor, Tensor]:
+        """The net at the fixed half: its two tanh layers' outputs h1, h2 [n, H] and its raw output [n, 2d]."""
+        (w1, b1), (w2, b2), (w3, b3) = self._linears(frozen)
+        h1 = torch.tanh(nn.functional.linear(fixed, w1, b1))
+        h2 = torch.tanh(nn.functional.linear(h1, w2, b2))
+        return h1, h2, nn.functional.linear(h2, w3, b3)
+
+    def _bounded(self, raw: Tensor) -> tuple[Tensor, Tensor]:
+        """(log scale, shift) from the net's raw output: |s| ≤ SCALE_BOUND by a tanh, zero on the fixed half."""
+        free = 1 - self.mask
+        log_scale, shift = raw.chunk(2, dim=-1)
+        return free * SCALE_BOUND * torch.tanh(log_scale / SCALE_BOUND), free * shift
+
     def conditioner(self, fixed: Tensor, frozen: bool = False) -> tuple[Tensor, Tensor]:
         """(log scale, shift) from the fixed half; `frozen` reads the weights without their gradient (STL)."""
-        (w1, b1), (w2, b2), (w3, b3) = self._linears(frozen)
-        h = torch.tanh(nn.functional.linear(fixed, w1, b1))
-        h = nn.functional.linear(torch.tanh(nn.functional.linear(h, w2, b2)), w3, b3)
-        free = 1 - self.mask
-        log_scale, shift = h.chunk(2, dim=-1)
-        return free * SCALE_BOUND * torch.tanh(log_scale / SCALE_BOUND), free * shift
+        return self._bounded(self._hidden(fixed, frozen)[2])
 
     def forward_jacobian(self, z: Tensor, frozen: bool = True) -> tuple[Tensor, Tensor]:
         """(y, (∂y/∂z)ᵀ) at rows z [n, d]: the layer's output and its Jacobian TRANSPOSED, [n, d, d] (input j, output
@@ -53,18 +61,15 @@ class AffineCoupling(nn.Module):
         forward through its tanh layers (diag(1 − h²) W per layer) from the fixed columns (u = z ⊙ m). Carried
         transposed so that each layer is one folded GEMM [n·d, H] @ Wᵀ (features_and_jacobian's layout);
         torch.func's vmap(jacfwd) of the same map was ~6× slower on the CPU."""
-        (w1, b1), (w2, b2), (w3, b3) = self._linears(frozen)
-        h1 = torch.tanh(nn.functional.linear(z * self.mask, w1, b1))
+        (w1, _), (w2, _), (w3, _) = self._linears(frozen)
+        h1, h2, raw = self._hidden(z * self.mask, frozen)
         tangent = (w1 * self.mask).T * (1 - h1.square()).unsqueeze(-2)         # (∂h1/∂z)ᵀ [n, d, H]
-        h2 = torch.tanh(nn.functional.linear(h1, w2, b2))
         tangent = (tangent @ w2.T) * (1 - h2.square()).unsqueeze(-2)           # (∂h2/∂z)ᵀ
-        raw_scale, raw_shift = nn.functional.linear(h2, w3, b3).chunk(2, dim=-1)
         d_raw_scale, d_raw_shift = (tangent @ w3.T).chunk(2, dim=-1)           # [n, d, d] each, transposed
-        free = 1 - self.mask
-        squashed = torch.tanh(raw_scale / SCALE_BOUND)
-        log_scale, shift = free * SCALE_BOUND * squashed, free * raw_shift
-        scale = torch.exp(log_scale)
-        row_weight = (z * scale * free * (1 - squashed.square())).unsqueeze(-2)  # ∂y_i/∂s_i ∂s_i/∂raw_i, per i
+        log_scale, shift = self._bounded(raw)
+        scale, free = torch.exp(log_scale), 1 - self.mask
+        # ∂y_i/∂raw_i through s_i = B tanh(raw_i / B): z_i e^{s_i} (1 − (s_i / B)²) on the free half
+        row_weight = (z * scale * free * (1 - (log_scale / SCALE_BOUND).square())).unsqueeze(-2)
         jacobian_t = d_raw_scale * row_weight + d_raw_shift * free + torch.diag_embed(scale)
         return z * scale + shift, jacobian_t
 
