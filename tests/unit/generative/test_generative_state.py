@@ -158,7 +158,8 @@ def test_a_trainable_lambda_moves() -> None:
 
 def test_a_bnn_hypernetwork_starts_at_the_targets_initialisation_scale() -> None:
     target = {"kind": "bnn", "dataset": BLR_DATA, "hidden": [6], "task": "regression"}
-    method = build("gpvi", {"generator": {"hidden": [16], "noise_dim": 4}}, target)
+    # noise_holdout 0: the draws read out as initialised, without the held-out σ factor (test_gpvi_noise_holdout)
+    method = build("gpvi", {"generator": {"hidden": [16], "noise_dim": 4}, "noise_holdout": 0}, target)
     assert method.init_matched and method.network.lam_float() == pytest.approx(HYPERNETWORK_LAMBDA)
     draws = method.sampler().sample(4000, 0).double()
     reference = method.target.initial_particles(4000, torch.Generator().manual_seed(9)).double()
