@@ -208,12 +208,13 @@ def process_cpu(pid: int) -> float:
 
 
 def run_shape(shape: str, root: Path, rates: dict[str, float], duration: float, step_seconds: float,
-              lifecycle: str = "production", overload: tuple[float, ...] = (), overload_seconds: float = 20.0) -> dict:
+              lifecycle: str = "production", overload: tuple[float, ...] = (), overload_seconds: float = 20.0,
+              api_env: dict[str, str] | None = None) -> dict:
     # By default the service's own lifecycle timers, not the tests' accelerated ones (heartbeats, reaper passes
     # and progress writes 2.5-10x as often add database writes a deployment would not see).
     timers = {} if lifecycle == "test" else {
         name: str(getattr(Settings(), name.removeprefix("PARVIS_").lower())) for name in FAST_LIFECYCLE}
-    stack = Stack(shape, root / shape, extra_env=timers)
+    stack = Stack(shape, root / shape, extra_env={**timers, **(api_env or {})})
     try:
         stack.migrate()
         stack.start_api()
@@ -360,6 +361,8 @@ def main() -> None:
                         help="the service's lifecycle timers, or the test suite's accelerated ones (FAST_LIFECYCLE)")
     parser.add_argument("--overload", default="2,4", help="multiples of --rates for the overload runs ('' for none)")
     parser.add_argument("--overload-seconds", type=float, default=20.0)
+    parser.add_argument("--api-env", action="append", default=[], metavar="PARVIS_NAME=VALUE",
+                        help="a setting for the service's processes (repeatable; recorded with the results)")
     parser.add_argument("--quick", action="store_true", help="write neither results nor docs")
     parser.add_argument("--render", action="store_true", help="only rewrite the docs section from the results file")
     args = parser.parse_args()
@@ -369,17 +372,18 @@ def main() -> None:
     overload = tuple(float(v) for v in args.overload.split(",") if v.strip())
     poll_rate, sample_rate = (float(v) for v in args.rates.split(","))
     rates = {"poll": poll_rate, "sample": sample_rate}
+    api_env = dict(item.split("=", 1) for item in args.api_env)
     argv = "".join(f" {a}" for a in sys.argv[1:])
     results: dict[str, Any] = {
         "run_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "args": argv,
         "machine": f"{cpu_model()}, {os.cpu_count()} logical cores, Python {platform.python_version()}",
         "rates_per_s": rates, "duration_s": args.duration, "lifecycle": args.lifecycle,
         "step_seconds": args.step_seconds, "overload_seconds": args.overload_seconds,
-        "p99_goal_ms": P99_GOAL_S * 1e3, "loadavg_start": loadavg(), "shapes": []}
+        "p99_goal_ms": P99_GOAL_S * 1e3, "loadavg_start": loadavg(), "api_env": api_env, "shapes": []}
     with tempfile.TemporaryDirectory(prefix="parvis-load-") as tmp:
         for shape in args.shapes.split(","):
             results["shapes"].append(run_shape(shape.strip(), Path(tmp), rates, args.duration, args.step_seconds,
-                                                args.lifecycle, overload, args.overload_seconds))
+                                                args.lifecycle, overload, args.overload_seconds, api_env))
     results["loadavg_end"] = loadavg()
     body = report(results)
     print(body)

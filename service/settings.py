@@ -88,6 +88,9 @@ class Settings(BaseSettings):
     # calls waiting for a compute-pool thread (0: 16 × the pool's threads), and the seconds a request may wait
     # for one of the database pool's connections.
     max_in_flight_requests: int = Field(default=256, ge=1)
+    # FastAPI's built-in OpenTelemetry spans, metrics and logs per request (app.main.fastapi_telemetry): off by
+    # default, as its per-request provider lookup costs CPU that overload needs; on for a deployment that exports them.
+    otel_telemetry: bool = False
     # Time bounds (0: off, the default), armed 2 s after the compute warm-up and only with 8 or more requests in
     # flight (InFlightLimitMiddleware). Measured on (0.25 / 0.25, docs/benchmarks.md "Service under load"): they
     # refused 2% of the requests at the target rate on a quiet machine and left the 2x median at 10-11 s.

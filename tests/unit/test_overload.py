@@ -240,3 +240,24 @@ def test_the_time_bounds_wait_for_the_warm_up_and_its_backlog() -> None:
             assert 503 in {a.status_code for a in armed}
 
     asyncio.run(scenario())
+
+
+def test_fastapis_own_telemetry_is_off_unless_asked_for(tmp_path, monkeypatch) -> None:
+    """FastAPI's per-request OpenTelemetry provider lookups cost CPU that overload needs (app.main.fastapi_telemetry):
+    off by default, on with PARVIS_OTEL_TELEMETRY; an older FastAPI without the option gets nothing passed."""
+    import inspect
+
+    from fastapi import FastAPI
+
+    from app.main import create_app, fastapi_telemetry
+    from service.settings import Settings
+
+    monkeypatch.setenv("PARVIS_DATA_DIR", str(tmp_path))
+    if "telemetry" not in inspect.signature(FastAPI).parameters:
+        assert fastapi_telemetry(Settings()) == {}
+        return
+    off = create_app(Settings())._telemetry  # noqa: SLF001 - FastAPI keeps the resolved config only there
+    assert (off["tracing"], off["metrics"], off["logs"]) == (False, False, False)
+    monkeypatch.setenv("PARVIS_OTEL_TELEMETRY", "true")
+    on = create_app(Settings())._telemetry  # noqa: SLF001
+    assert (on["tracing"], on["metrics"], on["logs"]) == (True, True, True)
