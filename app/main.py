@@ -87,7 +87,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(BodyReadTimeoutMiddleware, timeout_for=lambda: settings.body_read_timeout_seconds)
     app.add_middleware(AuthMiddleware, enabled=settings.auth_enabled)  # outside the body limits: 401 first
     app.add_middleware(InFlightLimitMiddleware, limit=settings.max_in_flight_requests,
-                       max_loop_lag=settings.max_loop_lag_seconds, max_wait=settings.max_queue_wait_seconds)
+                       max_loop_lag=settings.max_loop_lag_seconds, max_wait=settings.max_queue_wait_seconds,
+                       running=settings.max_running_requests, slot_wait=settings.max_slot_wait_seconds)
     app.add_middleware(RequestIdMiddleware)
     if settings.log_format == "json":
         app.add_middleware(RequestObserverMiddleware, observe=log_access)  # outermost: times the whole request, 413s included

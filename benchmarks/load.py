@@ -26,11 +26,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import multiprocessing
 import os
 import platform
 import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,20 +79,34 @@ def loadavg() -> list[float]:
     return [round(v, 2) for v in os.getloadavg()]
 
 
-async def drive(base_url: str, rates: dict[str, float], duration: float, targets: dict[str, str]) -> dict[str, Any]:
-    """Send each route's requests at its fixed rate for `duration` s; per-route latency percentiles, errors,
-    and the CPU the client and the API used meanwhile."""
+@dataclass
+class Part:
+    """What one client process saw: its outcomes, its loop's lag samples, its CPU seconds and wall time, and how
+    many of its requests had no answer by the end (cut off)."""
+    outcomes: list[Outcome]
+    lags: list[float]
+    cpu_s: float
+    wall_s: float
+    unanswered: int
+
+
+async def send_part(base_url: str, rates: dict[str, float], duration: float, targets: dict[str, str],
+                    start_wall: float, part: int, parts: int) -> Part:
+    """This process's share of the open-loop schedule: request seq of a route (rate r) is due at start + seq/r,
+    and process `part` of `parts` sends the seqs ≡ part (mod parts), so the processes together send the one
+    schedule. `start_wall` (time.time()) is the common start."""
     # Many small clients: one httpx pool with thousands of pending requests scans them on every change
     # (quadratic), which stalled a first run of this script for minutes on the client side.
     limits = httpx.Limits(max_connections=CONNECTIONS_PER_CLIENT, max_keepalive_connections=CONNECTIONS_PER_CLIENT)
     outcomes: list[Outcome] = []
     me = psutil.Process()
     clients = [httpx.AsyncClient(base_url=base_url, timeout=REQUEST_TIMEOUT_S, limits=limits)
-               for _ in range(CLIENTS)]
+               for _ in range(max(1, CLIENTS // parts))]
     loop = asyncio.get_running_loop()
+    start = loop.time() + max(0.0, start_wall - time.time())
 
     async def one(route: str, scheduled: float, seq: int) -> None:
-        client = clients[seq % CLIENTS]
+        client = clients[(seq // parts) % len(clients)]
         try:
             if route == "poll":
                 response = await client.get(targets["poll"])
@@ -102,8 +118,8 @@ async def drive(base_url: str, rates: dict[str, float], duration: float, targets
             status, retry_after = 0, False
         outcomes.append(Outcome(route, loop.time() - scheduled, status, scheduled - start, retry_after))
 
-    async def schedule(route: str, rate: float, start: float, tasks: list[asyncio.Task]) -> None:
-        for seq in range(int(rate * duration)):
+    async def schedule(route: str, rate: float, tasks: list[asyncio.Task]) -> None:
+        for seq in range(part, int(rate * duration), parts):
             when = start + seq / rate
             delay = when - loop.time()
             if delay > 0:
@@ -120,22 +136,45 @@ async def drive(base_url: str, rates: dict[str, float], duration: float, targets
             lags.append(loop.time() - began - 0.02)
 
     cpu_before, wall_before = me.cpu_times(), time.monotonic()
-    start = loop.time() + 0.05
     tasks: list[asyncio.Task] = []
     watcher = asyncio.create_task(watch_client_lag())
     try:
-        await asyncio.gather(*(schedule(route, rate, start, tasks) for route, rate in rates.items() if rate > 0))
+        await asyncio.gather(*(schedule(route, rate, tasks) for route, rate in rates.items() if rate > 0))
         # Bounded: what has no answer by then is counted as such.
         _, pending = await asyncio.wait(tasks, timeout=REQUEST_TIMEOUT_S + 15)
         for task in pending:
             task.cancel()
-        unanswered = len(pending)
     finally:
         watcher.cancel()
         for client in clients:
             await client.aclose()
-    cpu_after, wall = me.cpu_times(), time.monotonic() - wall_before
-    client_cpu = (cpu_after.user - cpu_before.user) + (cpu_after.system - cpu_before.system)
+    cpu_after = me.cpu_times()
+    cpu = (cpu_after.user - cpu_before.user) + (cpu_after.system - cpu_before.system)
+    return Part(outcomes, lags, cpu, time.monotonic() - wall_before, len(pending))
+
+
+def _run_part(args: tuple) -> Part:
+    return asyncio.run(send_part(*args))
+
+
+def drive(base_url: str, rates: dict[str, float], duration: float, targets: dict[str, str],
+          processes: int = 1) -> dict[str, Any]:
+    """Send each route's requests at its fixed rate for `duration` s from `processes` client processes (one: this
+    one); per-route latency percentiles, errors, and the CPU the clients used meanwhile. One Python process tops out
+    near one core and queues what it cannot send (measured 2026-11-29: at 2x the target rate the API held 0-30
+    requests in flight while the one client's requests waited 11-30 s), so the overload runs use several."""
+    start_wall = time.time() + (0.05 if processes == 1 else 1.0)  # the processes' start-up before the schedule
+    jobs = [(base_url, rates, duration, targets, start_wall, part, processes) for part in range(processes)]
+    if processes == 1:
+        parts = [_run_part(jobs[0])]
+    else:
+        with ProcessPoolExecutor(max_workers=processes, mp_context=multiprocessing.get_context("fork")) as pool:
+            parts = list(pool.map(_run_part, jobs))
+    outcomes = [o for p in parts for o in p.outcomes]
+    lags = np.array([lag for p in parts for lag in p.lags])
+    unanswered = sum(p.unanswered for p in parts)
+    wall = max(p.wall_s for p in parts)
+    client_cpu = sum(p.cpu_s for p in parts)
     routes = {}
     for route in rates:
         mine = [o for o in outcomes if o.route == route]
@@ -155,8 +194,9 @@ async def drive(base_url: str, rates: dict[str, float], duration: float, targets
         routes[route]["refused_503"] = sum(o.status == 503 for o in mine)
         routes[route]["refused_without_retry_after"] = sum(o.status == 503 and not o.retry_after for o in mine)
     return {"routes": routes, "windows": windows(outcomes, rates, duration), "wall_s": round(wall, 1),
-            "client_lag_p99_ms": percentile_ms(np.array(lags), 99), "client_lag_max_ms": percentile_ms(np.array(lags), 100),
-            "client_cpu_s": round(client_cpu, 1), "client_cores": round(client_cpu / wall, 2)}
+            "client_processes": processes, "client_lag_p99_ms": percentile_ms(lags, 99),
+            "client_lag_max_ms": percentile_ms(lags, 100), "client_cpu_s": round(client_cpu, 1),
+            "client_cores": round(client_cpu / wall, 2)}
 
 
 def windows(outcomes: list[Outcome], rates: dict[str, float], duration: float) -> list[dict[str, Any]]:
@@ -207,13 +247,33 @@ def process_cpu(pid: int) -> float:
         return float("nan")
 
 
+def pin_apart(stack: Stack) -> dict[str, list[int]] | None:
+    """The service's processes (API, workers and their children) on every core but the last, this process (and the
+    client processes it forks) on the last: a load generator sharing the service's cores is starved by the training
+    worker and queues requests itself (2026-11-29, 2x the target rate with a training job: the API held 0-30
+    requests in flight while the client's waited 11-30 s). The cluster shape's PostgreSQL and Redis are not
+    moved. None (nothing pinned) on a single core."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        return None
+    service, client = cores[:-1], cores[-1:]
+    for spawned in (stack.api, *stack.workers):
+        if spawned is not None:
+            root = psutil.Process(spawned.pid)
+            for proc in (root, *root.children(recursive=True)):
+                proc.cpu_affinity(service)
+    psutil.Process().cpu_affinity(client)
+    return {"service": service, "client": client}
+
+
 def run_shape(shape: str, root: Path, rates: dict[str, float], duration: float, step_seconds: float,
               lifecycle: str = "production", overload: tuple[float, ...] = (), overload_seconds: float = 20.0,
-              api_env: dict[str, str] | None = None) -> dict:
+              api_env: dict[str, str] | None = None, client_processes: int = 1, pin: bool = False) -> dict:
     # By default the service's own lifecycle timers, not the tests' accelerated ones (heartbeats, reaper passes
     # and progress writes 2.5-10x as often add database writes a deployment would not see).
     timers = {} if lifecycle == "test" else {
         name: str(getattr(Settings(), name.removeprefix("PARVIS_").lower())) for name in FAST_LIFECYCLE}
+    all_cores = sorted(os.sched_getaffinity(0))
     stack = Stack(shape, root / shape, extra_env={**timers, **(api_env or {})})
     try:
         stack.migrate()
@@ -226,13 +286,14 @@ def run_shape(shape: str, root: Path, rates: dict[str, float], duration: float, 
         stack.stop_api()
         stack.start_api()  # cold: returns as soon as /health/live answers
         restarted = time.monotonic()
+        pinned = pin_apart(stack) if pin else None
         running = stack.submit(TRAINING_SPEC).json()["id"]
         targets = {"poll": f"/v1/jobs/{running}", "sample": f"/v1/samplers/{job['sampler_id']}/sample"}
         print(f"[{shape}] cold API up, training job {running}; open-loop load {rates} for {duration:.0f} s",
               flush=True)
         load_before = loadavg()
         api_cpu_before = process_cpu(stack.api.pid) if stack.api else float("nan")
-        main = asyncio.run(drive(stack.base_url, rates, duration, targets))
+        main = drive(stack.base_url, rates, duration, targets, client_processes)
         main["api_cpu_cores"] = round((process_cpu(stack.api.pid) - api_cpu_before) / main["wall_s"], 2) \
             if stack.api else None
         main["loadavg_before"], main["loadavg_after"] = load_before, loadavg()
@@ -243,7 +304,7 @@ def run_shape(shape: str, root: Path, rates: dict[str, float], duration: float, 
         steps = []
         for factor in SEARCH_FACTORS:
             step_rates = {route: rate * factor for route, rate in rates.items()}
-            result = asyncio.run(drive(stack.base_url, step_rates, step_seconds, targets))
+            result = drive(stack.base_url, step_rates, step_seconds, targets, client_processes)
             result["factor"], result["loadavg_after"], result["passes"] = factor, loadavg(), passes(result)
             steps.append(result)
             print(f"[{shape}] step ×{factor}: passes={result['passes']} "
@@ -256,7 +317,7 @@ def run_shape(shape: str, root: Path, rates: dict[str, float], duration: float, 
         for factor in overload:
             step_rates = {route: rate * factor for route, rate in rates.items()}
             load_at_start = loadavg()
-            result = asyncio.run(drive(stack.base_url, step_rates, overload_seconds, targets))
+            result = drive(stack.base_url, step_rates, overload_seconds, targets, client_processes)
             result["factor"], result["passes"] = factor, overload_passes(result)
             result["loadavg_before"], result["loadavg_after"] = load_at_start, loadavg()
             overloads.append(result)
@@ -265,7 +326,7 @@ def run_shape(shape: str, root: Path, rates: dict[str, float], duration: float, 
                   f"client {result['client_cores']} cores", flush=True)
         stack.client.post(f"/v1/jobs/{running}/cancel")
         training = stack.job(running)
-        return {"shape": shape, "main": main, "search": steps, "overload": overloads,
+        return {"shape": shape, "pinned": pinned, "main": main, "search": steps, "overload": overloads,
                 "highest_passing": None if best is None else {
                     "factor": best["factor"], "rates_per_s": {r: v["rate_per_s"] for r, v in best["routes"].items()}},
                 "training_job": {"status_at_end": training["status"], "step": training["progress"]["step"]}}
@@ -274,6 +335,7 @@ def run_shape(shape: str, root: Path, rates: dict[str, float], duration: float, 
         raise
     finally:
         stack.stop()
+        psutil.Process().cpu_affinity(all_cores)
 
 
 def fmt(value: Any) -> str:
@@ -291,6 +353,10 @@ def report(results: dict[str, Any]) -> str:
            "and, at this run, other jobs on the machine share its cores (the load average above 1.5 at start "
            "says so): read the numbers as an upper bound."),
         *([results["note"]] if results.get("note") else []),
+        *(["The service's processes (API, worker) ran on every core but the last and the load generator on the last "
+           "(`--pin`): sharing the service's cores, the generator was starved by the training worker and queued its "
+           "own requests (at 2x the API held 0-30 requests in flight while the client's waited 11-30 s). "
+           "PostgreSQL and Redis (cluster shape) were not moved."] if results.get("pinned") else []),
         "",
         f"Open loop, started right after the API process starts (cold: torch not imported, generator not "
         f"loaded): {rates['poll']:g} polls/s (`GET /v1/jobs/{{id}}` of the running job) + {rates['sample']:g} "
@@ -363,6 +429,10 @@ def main() -> None:
     parser.add_argument("--overload-seconds", type=float, default=20.0)
     parser.add_argument("--api-env", action="append", default=[], metavar="PARVIS_NAME=VALUE",
                         help="a setting for the service's processes (repeatable; recorded with the results)")
+    parser.add_argument("--client-processes", type=int, default=1,
+                        help="processes the load generator sends from (each a share of every route's schedule)")
+    parser.add_argument("--pin", action="store_true",
+                        help="the service on every core but the last, the load generator on the last (pin_apart)")
     parser.add_argument("--quick", action="store_true", help="write neither results nor docs")
     parser.add_argument("--render", action="store_true", help="only rewrite the docs section from the results file")
     args = parser.parse_args()
@@ -378,12 +448,14 @@ def main() -> None:
         "run_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "args": argv,
         "machine": f"{cpu_model()}, {os.cpu_count()} logical cores, Python {platform.python_version()}",
         "rates_per_s": rates, "duration_s": args.duration, "lifecycle": args.lifecycle,
+        "client_processes": args.client_processes, "pinned": args.pin,
         "step_seconds": args.step_seconds, "overload_seconds": args.overload_seconds,
         "p99_goal_ms": P99_GOAL_S * 1e3, "loadavg_start": loadavg(), "api_env": api_env, "shapes": []}
     with tempfile.TemporaryDirectory(prefix="parvis-load-") as tmp:
         for shape in args.shapes.split(","):
             results["shapes"].append(run_shape(shape.strip(), Path(tmp), rates, args.duration, args.step_seconds,
-                                                args.lifecycle, overload, args.overload_seconds, api_env))
+                                                args.lifecycle, overload, args.overload_seconds, api_env,
+                                                args.client_processes, args.pin))
     results["loadavg_end"] = loadavg()
     body = report(results)
     print(body)

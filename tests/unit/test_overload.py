@@ -16,7 +16,7 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
 from app.api.compute import ComputePool
-from app.api.middleware import InFlightLimitMiddleware
+from app.api.middleware import KEEP_ALIVE_UNREAD_BODY_BYTES, HandlerSlot, InFlightLimitMiddleware
 from app.api.problems import Problem
 
 
@@ -56,8 +56,8 @@ def test_requests_past_the_in_flight_limit_are_refused_at_once() -> None:
     async def health(request):  # noqa: ANN001, ANN202
         return PlainTextResponse("ok")
 
-    app = InFlightLimitMiddleware(Starlette(routes=[Route("/v1/slow", slow), Route("/v1/health/live", health)]),
-                                  limit=2)
+    app = InFlightLimitMiddleware(Starlette(routes=[Route("/v1/slow", slow, methods=["GET", "POST"]),
+                                                    Route("/v1/health/live", health)]), limit=2)
 
     async def scenario() -> None:
         transport = httpx.ASGITransport(app=app)
@@ -70,6 +70,16 @@ def test_requests_past_the_in_flight_limit_are_refused_at_once() -> None:
             assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
             assert refused.headers["content-type"] == "application/problem+json"
             assert refused.json()["code"] == "overloaded"
+            assert "connection" not in refused.headers  # a refusal keeps its connection: no reconnection storm
+            small = await client.post("/v1/slow", content=b"x" * KEEP_ALIVE_UNREAD_BODY_BYTES)
+            large = await client.post("/v1/slow", content=b"x" * (KEEP_ALIVE_UNREAD_BODY_BYTES + 1))
+            async def one_chunk():  # noqa: ANN202 - no length: transfer-encoding chunked
+                yield b"x"
+
+            chunked = await client.post("/v1/slow", content=one_chunk())
+            assert [r.status_code for r in (small, large, chunked)] == [503, 503, 503]
+            assert "connection" not in small.headers  # the server's parser reads and drops what is left of it
+            assert large.headers["connection"] == chunked.headers["connection"] == "close"  # not read: closed
             assert (await client.get("/v1/health/live")).status_code == 200  # probes are never shed
             release.set()
             assert [r.status_code for r in await asyncio.gather(*held)] == [200, 200]
@@ -261,3 +271,65 @@ def test_fastapis_own_telemetry_is_off_unless_asked_for(tmp_path, monkeypatch) -
     monkeypatch.setenv("PARVIS_OTEL_TELEMETRY", "true")
     on = create_app(Settings())._telemetry  # noqa: SLF001
     assert (on["tracing"], on["metrics"], on["logs"]) == (True, True, True)
+
+
+def test_handlers_run_a_few_at_once_and_a_wait_for_one_is_bounded_once_warm() -> None:
+    """`max_running_requests` / `max_slot_wait_seconds`: past the slots requests wait FIFO (a cold start's burst is
+    served however long it waits), once armed a wait longer than the bound is a 503 at once, the compute pool's
+    routes take no slot, and a response gives its slot back when it starts, not when its body ends."""
+    release = asyncio.Event()
+
+    async def slow(request):  # noqa: ANN001, ANN202
+        await release.wait()
+        return PlainTextResponse("done")
+
+    async def quick(request):  # noqa: ANN001, ANN202
+        return PlainTextResponse("quick")
+
+    routes = [Route("/v1/slow", slow), Route("/v1/quick", quick), Route("/v1/samplers/s/sample", quick, methods=["POST"])]
+    inner = Starlette(routes=routes)
+    inner.state.compute = SimpleNamespace(warm=threading.Event())  # a compute pool still warming up
+    app = InFlightLimitMiddleware(inner, limit=100, running=1, slot_wait=0.2)
+    app.ARM_AFTER_WARM_S = 0.1
+
+    async def as_served(scope, receive, send):  # noqa: ANN001, ANN202 - Starlette sets scope["app"] before its middleware
+        await app({**scope, "app": inner}, receive, send)
+
+    async def scenario() -> None:
+        transport = httpx.ASGITransport(app=as_served)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            held = asyncio.ensure_future(client.get("/v1/slow"))  # takes the one slot (not armed yet)
+            await asyncio.sleep(0.05)
+            waiting = asyncio.ensure_future(client.get("/v1/quick"))  # cold: waits for the slot, unbounded
+            await asyncio.sleep(0.5)
+            assert not waiting.done()
+            assert (await client.post("/v1/samplers/s/sample")).status_code == 200  # no slot needed
+            inner.state.compute.warm.set()
+            await asyncio.sleep(0.05)
+            assert (await client.post("/v1/samplers/s/sample")).status_code == 200  # the warm-up noticed
+            await asyncio.sleep(0.15)  # past ARM_AFTER_WARM_S
+            started = time.monotonic()
+            refused = await client.get("/v1/quick")  # armed now: at most slot_wait
+            assert 0.15 < time.monotonic() - started < 1.0
+            assert refused.status_code == 503 and refused.json()["code"] == "overloaded"
+            assert refused.headers["retry-after"] == "1"
+            release.set()
+            assert (await held).status_code == 200 and (await waiting).status_code == 200
+            assert app.in_flight == 0 and not app.slots.locked()
+            # the slot goes back when the response starts (httpx's ASGI transport buffers whole bodies, so this is
+            # checked on the send wrapper itself): a slow reader of a body does not hold it
+            slot = HandlerSlot(app.slots)
+            assert await slot.take(0.0) and app.slots.locked()
+            sent = []
+
+            async def record(message):  # noqa: ANN001, ANN202
+                sent.append((message["type"], app.slots.locked()))
+
+            forward = slot.releasing(record)
+            await forward({"type": "http.response.start", "status": 200, "headers": []})
+            await forward({"type": "http.response.body", "body": b"x", "more_body": True})
+            assert sent == [("http.response.start", False), ("http.response.body", False)]
+            slot.release()  # the request's end: a second release gives nothing back twice
+            assert app.slots._value == 1  # noqa: SLF001
+
+    asyncio.run(scenario())
