@@ -219,7 +219,8 @@ class GPVIExpectationOptions(KernelGenerativeOptions):
         "log-likelihood (methods.generative.noise_calibration; `holdout_noise_factor` in the final metrics), so that "
         "draws that fit badly are not also over-confident. Measured on UCI splits 0-4 (benchmarks/reproduce_uci.py's "
         "GPVI protocol), mean test NLL 0 → 0.1: Boston 2.55 → 2.44, Concrete 3.28 → 3.09, Energy 0.85 → 0.79, "
-        "Yacht 1.40 → 1.04, Wine 0.97 → 0.96. 0: none held out, the posterior of all rows; unused elsewhere (a "
+        "Yacht 1.40 → 1.04, Wine 0.97 → 0.96. 0 (or fewer than 20 rows held out): none held out, the posterior of all "
+        "rows; unused elsewhere (a "
         "fixed noise, classification, other targets, training whitened)")
 
     @model_validator(mode="after")

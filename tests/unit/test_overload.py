@@ -46,18 +46,22 @@ def test_the_compute_pool_sheds_past_its_queue_limit() -> None:
         pool.shutdown()
 
 
-def test_requests_past_the_in_flight_limit_are_refused_at_once() -> None:
-    release = asyncio.Event()
-
+def held_until(release: asyncio.Event):  # noqa: ANN201 - a Starlette endpoint
+    """An endpoint that answers once `release` is set (a request held in flight)."""
     async def slow(request):  # noqa: ANN001, ANN202
         await release.wait()
         return PlainTextResponse("done")
+    return slow
 
-    async def health(request):  # noqa: ANN001, ANN202
-        return PlainTextResponse("ok")
 
-    app = InFlightLimitMiddleware(Starlette(routes=[Route("/v1/slow", slow, methods=["GET", "POST"]),
-                                                    Route("/v1/health/live", health)]), limit=2)
+async def answer_at_once(request):  # noqa: ANN001, ANN201
+    return PlainTextResponse("ok")
+
+
+def test_requests_past_the_in_flight_limit_are_refused_at_once() -> None:
+    release = asyncio.Event()
+    app = InFlightLimitMiddleware(Starlette(routes=[Route("/v1/slow", held_until(release), methods=["GET", "POST"]),
+                                                    Route("/v1/health/live", answer_at_once)]), limit=2)
 
     async def scenario() -> None:
         transport = httpx.ASGITransport(app=app)
@@ -278,15 +282,8 @@ def test_handlers_run_a_few_at_once_and_a_wait_for_one_is_bounded_once_warm() ->
     served however long it waits), once armed a wait longer than the bound is a 503 at once, the compute pool's
     routes take no slot, and a response gives its slot back when it starts, not when its body ends."""
     release = asyncio.Event()
-
-    async def slow(request):  # noqa: ANN001, ANN202
-        await release.wait()
-        return PlainTextResponse("done")
-
-    async def quick(request):  # noqa: ANN001, ANN202
-        return PlainTextResponse("quick")
-
-    routes = [Route("/v1/slow", slow), Route("/v1/quick", quick), Route("/v1/samplers/s/sample", quick, methods=["POST"])]
+    routes = [Route("/v1/slow", held_until(release)), Route("/v1/quick", answer_at_once),
+              Route("/v1/samplers/s/sample", answer_at_once, methods=["POST"])]
     inner = Starlette(routes=routes)
     inner.state.compute = SimpleNamespace(warm=threading.Event())  # a compute pool still warming up
     app = InFlightLimitMiddleware(inner, limit=100, running=1, slot_wait=0.2)

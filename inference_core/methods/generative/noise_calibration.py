@@ -29,14 +29,17 @@ from inference_core.targets.base import Target
 #: the seed stream of the fixed draws the shift is fitted with, and how many
 CALIBRATION_STREAM = 5
 CALIBRATION_DRAWS = 256
+#: fewer held-out rows than this calibrate nothing (the posterior of all rows): one factor fitted to a handful of
+#: rows that happen to fit well would make every draw over-confident
+MIN_CALIBRATION_ROWS = 20
 #: the grid the shift c (a log factor on σ) is searched on before its golden-section refinement
 SHIFT_LIMIT, SHIFT_GRID = 5.0, 0.05
 
 
 def best_log_std_shift(f: Tensor, y: Tensor, log_std: Tensor) -> float:
-    """c ∈ [−SHIFT_LIMIT, SHIFT_LIMIT] (σ within e^{±5} of the posterior's) maximising Σ_j log (1/M) Σ_i N(y_j; f_ij, e^{2(log σ_i + c)}) for draws f
-    [M, m] at m rows y [m] and their log σ_i [M]: the best point of a grid of SHIFT_GRID, refined by golden
-    section within its neighbours (in float64)."""
+    """c ∈ [−SHIFT_LIMIT, SHIFT_LIMIT] (σ within e^{±5} of the posterior's) maximising
+    Σ_j log (1/M) Σ_i N(y_j; f_ij, e^{2(log σ_i + c)}) for draws f [M, m] at m rows y [m] and their log σ_i [M]:
+    the best point of a grid of SHIFT_GRID, refined by golden section within its neighbours (in float64)."""
     f, y, log_std = f.double(), y.double(), log_std.double()[:, None]
 
     def score(c: float) -> float:
@@ -58,7 +61,8 @@ def best_log_std_shift(f: Tensor, y: Tensor, log_std: Tensor) -> float:
 
 class HeldOutNoiseScale:
     """The held-out rows of a `bnn` regression with a learnt noise and the σ factor fitted on them (module
-    docstring). `build` returns None where it does not apply (another target, a fixed noise, no rows held out)."""
+    docstring). `build` returns None where it does not apply (another target, a fixed noise, fewer than
+    MIN_CALIBRATION_ROWS held out)."""
 
     def __init__(self, target: Target, column: int, slot: str, fit_rows: Tensor, holdout_rows: Tensor, seed: int):
         self.target, self.column, self.slot, self.seed = target, column, slot, seed
@@ -72,7 +76,7 @@ class HeldOutNoiseScale:
         if target.kind != "bnn" or getattr(target, "task", None) != "regression" or slot is None or share <= 0:
             return None
         fit_rows, holdout_rows = holdout_split(int(target.n_data), share, seed, device)  # type: ignore[attr-defined]
-        if holdout_rows is None:
+        if holdout_rows is None or holdout_rows.numel() < MIN_CALIBRATION_ROWS:
             return None
         column = target.network.n_weights + names.index(slot)  # type: ignore[attr-defined]
         return cls(target, column, slot, fit_rows, holdout_rows, seed)  # type: ignore[arg-type]
