@@ -161,8 +161,8 @@ def drive(base_url: str, rates: dict[str, float], duration: float, targets: dict
           processes: int = 1) -> dict[str, Any]:
     """Send each route's requests at its fixed rate for `duration` s from `processes` client processes (one: this
     one); per-route latency percentiles, errors, and the CPU the clients used meanwhile. One Python process tops out
-    near one core and queues what it cannot send (measured 2026-11-29: at 2x the target rate the API held 0-30
-    requests in flight while the one client's requests waited 11-30 s), so the overload runs use several."""
+    near one core and queues what it cannot send, so several help only where the client has more than one core of its
+    own (`--pin` gives it one: on the 2-core machine of 2026-11-29, three processes did no better than one)."""
     start_wall = time.time() + (0.05 if processes == 1 else 1.0)  # the processes' start-up before the schedule
     jobs = [(base_url, rates, duration, targets, start_wall, part, processes) for part in range(processes)]
     if processes == 1:

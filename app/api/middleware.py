@@ -169,8 +169,7 @@ class InFlightLimitMiddleware:
                  running: int = 0, slot_wait: float = 0.0):
         self.app = app
         self.limit = max(1, limit)
-        #: handlers run at once (0: no bound): the admitted rest wait for a slot, FIFO, holding nothing
-        self.running = running
+        #: `running` handlers at once (0: no bound): the admitted rest wait for a slot, FIFO, holding nothing
         self.slots = asyncio.Semaphore(running) if running > 0 else None
         #: once armed, a request that waited this long for a slot is refused (0: it waits)
         self.slot_wait = slot_wait
@@ -236,7 +235,7 @@ class InFlightLimitMiddleware:
         slot = (HandlerSlot(self.slots) if self.slots is not None and not path.endswith(UNSLOTTED_SUFFIXES)
                 else None)
         try:
-            bounded = self.slot_wait > 0 and self._armed(scope, now)
+            bounded = self.slot_wait > 0 and self._armed(scope, now)  # every request notices the warm-up
             if slot is not None and not await slot.take(self.slot_wait if bounded else 0.0):
                 await send_problem(scope, send, 503, "overloaded",
                                    f"no handler of this API process was free within {self.slot_wait * 1e3:.0f} ms; "
@@ -275,7 +274,7 @@ UNSLOTTED_SUFFIXES = ("/sample", "/predict", "/density", "/validate", "/datasets
 
 
 class HandlerSlot:
-    """One request's hold on a handler slot (`InFlightLimitMiddleware.running`): taken before the app runs, given
+    """One request's hold on a handler slot (`InFlightLimitMiddleware.slots`): taken before the app runs, given
     back once the response has started (its body, a download or a stream, is I/O, not the handler's work, and a
     slow reader must not hold a slot) or when the request ends, whichever comes first."""
 
