@@ -196,6 +196,7 @@ def run(
         if root:  # the job's count: the ranks' counts are summed
             counter.count += spent
         method.load_state_dict(resume_state)
+    method.plan(job.steps)
     started = time.perf_counter()
     hooks.on_start(method, job.steps)
     stopped: str | None = None

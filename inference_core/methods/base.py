@@ -73,6 +73,8 @@ class Method:
         self.seed = seed
         self.device = device
         self.step_count = 0
+        #: the job's steps, once the run loop has said (`plan`)
+        self.total_steps: int | None = None
 
     @property
     def dtype(self) -> torch.dtype:
@@ -80,6 +82,11 @@ class Method:
 
     def step(self) -> dict[str, float]:
         raise NotImplementedError
+
+    def plan(self, total_steps: int) -> None:
+        """The run loop says how many steps the job has (before its first, and again after a resume), for methods
+        whose schedules span the run (`total_steps`, None until then)."""
+        self.total_steps = int(total_steps)
 
     def use_ranks(self, group: RankGroup) -> None:
         """Run the following steps as `group.rank` of `group.world_size` ranks (`inference_core.distributed`). Every

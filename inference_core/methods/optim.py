@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 import torch
@@ -70,6 +71,13 @@ def adagrad_momentum_ascent(
     Returns (param, hist)."""
     history = grad * grad if history is None else alpha * history + (1.0 - alpha) * grad * grad
     return param + lr * grad / (eps + history.sqrt()), history
+
+
+def cosine_lr_factor(step: int, total: int, final: float) -> float:
+    """The learning-rate multiplier of 0-based step `step` of `total` under a half-cosine decay: 1 at step 0,
+    falling to `final` at step `total` (and staying there past it)."""
+    progress = min(max(step / total, 0.0), 1.0)
+    return final + (1.0 - final) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
 def make_optimizer(params: Iterable[torch.Tensor], options: OptimizerOptions) -> torch.optim.Optimizer:

@@ -125,6 +125,15 @@ class GenerativeOptions(StrictModel):
         "end far apart or its Gaussian misses mass (`auto`'s rule, docs/method-choice.md), else 'pathfinder', and "
         "'none' where the target has its own initialisation (BNN weights). GPVI's default is 'auto'")
     flow: FlowOptions = Field(default_factory=FlowOptions, description="the flow of precondition 'flow'")
+    lr_schedule: Literal["constant", "cosine"] | None = Field(
+        default=None,
+        description="the generator's learning rate over the job's `steps`: 'constant' (`optimizer.lr` throughout), "
+        "'cosine' (from `optimizer.lr` at the first step down to `lr_final_factor` × it at the last, half a cosine; "
+        "the run loop gives the method its step count, and a method stepped by hand without one runs constant). "
+        "Default: 'cosine' for GPVI's BNN hypernetworks (see inference_core/methods/generative/gpvi.py), "
+        "'constant' elsewhere")
+    lr_final_factor: float = Field(default=0.1, gt=0, le=1,
+                                   description="'cosine': the last step's learning rate as a share of `optimizer.lr`")
 
 
 class GenerativeKernelOptions(StrictModel):

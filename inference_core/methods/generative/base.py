@@ -20,7 +20,7 @@ from torch import Tensor
 
 from inference_core import errors
 from inference_core.methods.base import DTYPES, Method, check_direction
-from inference_core.methods.optim import make_optimizer, optimizer_step, zero_grads
+from inference_core.methods.optim import cosine_lr_factor, make_optimizer, optimizer_step, zero_grads
 from inference_core.preconditioning.modes import distinct_modes
 from inference_core.preconditioning.pathfinder import PathfinderResult, importance_check, pathfinder_whitening
 from inference_core.preconditioning.transport import FlowTarget, fit_view_flow, misses_mass, paths_need_flow
@@ -196,6 +196,8 @@ class GenerativeMethod(Method):
                     self.network.top.log_scale.fill_(math.log(lam))
         self.network.to(device=device, dtype=self.dtype)
         self.optimizer = make_optimizer(self.network.generator_parameters(), options.optimizer)
+        #: the generator's learning-rate schedule over the job's steps (`lr_schedule`, resolved)
+        self.lr_schedule = options.lr_schedule or self.default_lr_schedule(own_init, whitened)
         self.lambda_optimizer = (make_optimizer([self.network.log_lambda], OptimizerOptions(name="adam", lr=gen.lambda_lr))
                                  if gen.lambda_trainable else None)
         self.rng = torch.Generator(device="cpu")
@@ -214,6 +216,10 @@ class GenerativeMethod(Method):
     def default_structure(self, k: int, d: int, own_init: bool, whitened: bool, lam: float) -> str:
         """The generator structure when the options leave it out (samplers.generator.STRUCTURES)."""
         return "residual"
+
+    def default_lr_schedule(self, own_init: bool, whitened: bool) -> str:
+        """`lr_schedule` when the options leave it out."""
+        return "constant"
 
     def check_lambda(self, lam: float, k: int, d: int) -> None:
         return None
@@ -299,11 +305,22 @@ class GenerativeMethod(Method):
 
     def step(self) -> dict[str, float]:
         started = time.perf_counter()
+        lr = self.scheduled_lr()
         info = self.train_step()
         self.step_count += 1
         if not bool(torch.isfinite(self.last_batch).all()):
             raise errors.Diverged(f"the generator's output became non-finite at step {self.step_count}")
-        return {"step_time_s": time.perf_counter() - started, "lambda": self.network.lam_float(), **info}
+        return {"step_time_s": time.perf_counter() - started, "lambda": self.network.lam_float(), "lr": lr, **info}
+
+    def scheduled_lr(self) -> float:
+        """Set and return the generator's learning rate for the coming step (`lr_schedule`; a plain float, so
+        `optimizer_step`'s direct path still applies). Derived from the step count alone, so a resumed run takes
+        the same rates."""
+        lr = float(self.options.optimizer.lr)
+        if self.lr_schedule == "cosine" and self.total_steps:
+            lr *= cosine_lr_factor(self.step_count, self.total_steps, self.options.lr_final_factor)
+        self.optimizer.param_groups[0]["lr"] = lr
+        return lr
 
     def to_target(self, u: Tensor) -> Tensor:
         """Generator outputs → the target's coordinates (the identity unless trained whitened or in a flow)."""
