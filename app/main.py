@@ -62,7 +62,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # Torch and the samplers are imported in the background: /health/live answers at once, /health/ready
         # says `warm` once the first /sample no longer pays for the import.
         threads = settings.sample_concurrency or default_concurrency()
-        app.state.compute = ComputePool(threads, settings.compute_queue_limit or QUEUED_PER_THREAD * threads)
+        app.state.compute = ComputePool(threads, settings.compute_queue_limit or QUEUED_PER_THREAD * threads,
+                                        max_wait=settings.max_compute_wait_seconds)
         app.state.compute.start_warm_up()
         if not settings.auth_enabled:
             logger.warning("authentication is OFF: every request acts as the single tenant 'local'")

@@ -105,6 +105,11 @@ class Settings(BaseSettings):
     max_running_requests: int = Field(default=8, ge=0)
     max_slot_wait_seconds: float = Field(default=0.1, ge=0)
     compute_queue_limit: int = Field(default=0, ge=0)
+    # Seconds a /sample, /predict, density or validate call submitted once the compute pool has been warm 2 s may
+    # wait for one of its threads; past it the call is refused (503 `overloaded`) instead of run. 0 (the default):
+    # no bound. At 0.25 s it refused no /sample at 2x the target rate on either shape (docs/benchmarks.md): the pool
+    # never queued that long there, while slow /predict or density calls in a burst would be refused by it.
+    max_compute_wait_seconds: float = Field(default=0.0, ge=0)
     db_wait_seconds: float = Field(default=5.0, gt=0)
     max_evaluation_values: int = Field(default=2**32, ge=1)
     sampler_cache_size: int = 16

@@ -28,6 +28,7 @@ import logging
 import math
 import os
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -102,27 +103,45 @@ class ComputePool:
     """A fixed-size thread pool for CPU work of the API; `warm` is set once torch and the samplers module
     are imported (readiness reports it)."""
 
-    def __init__(self, workers: int, queue_limit: int | None = None):
+    #: the backlog a cold start admitted drains before a call's wait for a thread is bounded (as the handler slots')
+    ARM_AFTER_WARM_S = 2.0
+
+    def __init__(self, workers: int, queue_limit: int | None = None, max_wait: float = 0.0):
         unmap_large_frees()
         self.workers = max(1, workers)
         self.queue_limit = 16 * self.workers if queue_limit is None else max(0, queue_limit)
+        self.max_wait = max(0.0, max_wait)
         self.executor = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="parvis-compute")
         self.warm = threading.Event()
         self.warm_error: str | None = None
+        self.warm_at: float | None = None  # time.monotonic() when the warm-up ended
         self.pending = 0  # submitted by `run` and not finished: running (at most `workers`) or queued
         self._lock = threading.Lock()
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
-        """fn(*args) in the pool; 503 `overloaded` at once when `queue_limit` calls already wait for a thread
-        (shed, not queued: a refusal now beats an answer in a minute)."""
+        """fn(*args) in the pool; 503 `overloaded` at once when `queue_limit` calls already wait for a thread,
+        and, for a call submitted once the pool has been warm ARM_AFTER_WARM_S, when it waited more than `max_wait`
+        seconds for its thread: it is refused then instead of run (shed, not queued: a refusal now beats an answer in a
+        minute; the wait is checked where the thread picks the call up, so no call is refused that could still
+        start in time)."""
         with self._lock:
             if self.pending >= self.workers + self.queue_limit:
                 raise Problem(503, "overloaded", f"the compute pool is full ({self.workers} running, "
                               f"{self.queue_limit} waiting); retry shortly", headers={"Retry-After": "1"})
             self.pending += 1
-        future = self.executor.submit(fn, *args)
+        future = self.executor.submit(self._started_in_time, time.monotonic(), fn, *args)
         future.add_done_callback(self._done)
         return await asyncio.wrap_future(future)
+
+    def _started_in_time(self, submitted: float, fn: Callable[..., T], *args: Any) -> T:
+        waited = time.monotonic() - submitted
+        # a call submitted while the pool was cold, or within ARM_AFTER_WARM_S of its warm-up, is the cold start's
+        # backlog: it runs however long it waited
+        armed = self.warm_at is not None and submitted - self.warm_at >= self.ARM_AFTER_WARM_S
+        if self.max_wait > 0 and armed and waited > self.max_wait:
+            raise Problem(503, "overloaded", f"this call waited {waited * 1e3:.0f} ms for a compute thread, over the "
+                          f"bound of {self.max_wait * 1e3:.0f} ms; retry shortly", headers={"Retry-After": "1"})
+        return fn(*args)
 
     def _done(self, _: Any) -> None:
         with self._lock:
@@ -144,6 +163,7 @@ class ComputePool:
             self.warm_error = f"{type(exc).__name__}: {exc}"
             logger.exception("warm-up failed")
         finally:
+            self.warm_at = time.monotonic()
             self.warm.set()
 
     def shutdown(self) -> None:

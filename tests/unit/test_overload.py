@@ -46,6 +46,41 @@ def test_the_compute_pool_sheds_past_its_queue_limit() -> None:
         pool.shutdown()
 
 
+def test_a_warm_compute_pool_refuses_a_call_that_waited_past_its_bound_and_a_cold_one_does_not() -> None:
+    """One thread held busy 0.3 s; a call queued behind it waits that long. Bound 0.1 s: refused (503 +
+    Retry-After, never run) when it was submitted once the pool had been warm ARM_AFTER_WARM_S; run when it was
+    submitted while the pool was cold or just warm (a cold start's burst is served), and with no bound."""
+    ran: list[str] = []
+
+    async def queued_behind_a_busy_thread(pool: ComputePool) -> str:
+        busy = asyncio.ensure_future(pool.run(time.sleep, 0.3))
+        await asyncio.sleep(0.02)
+        try:
+            return await pool.run(lambda: ran.append("queued") or "ran")
+        finally:
+            await busy
+
+    def outcome(max_wait: float, warm_for: float | None) -> str:
+        pool = ComputePool(1, queue_limit=4, max_wait=max_wait)
+        pool.warm_at = None if warm_for is None else time.monotonic() - warm_for
+        try:
+            return asyncio.run(queued_behind_a_busy_thread(pool))
+        except Problem as refused:
+            assert (refused.status, refused.code, refused.headers) == (503, "overloaded", {"Retry-After": "1"})
+            assert "for a compute thread" in refused.detail
+            assert pool.pending == 0
+            return "refused"
+        finally:
+            pool.shutdown()
+
+    assert outcome(0.1, warm_for=ComputePool.ARM_AFTER_WARM_S + 1) == "refused" and ran == []
+    assert outcome(0.1, warm_for=None) == "ran"  # not warm yet
+    assert outcome(0.1, warm_for=0.0) == "ran"  # warm, not yet armed
+    assert outcome(0.0, warm_for=ComputePool.ARM_AFTER_WARM_S + 1) == "ran"  # no bound
+    assert outcome(1.0, warm_for=ComputePool.ARM_AFTER_WARM_S + 1) == "ran"  # within the bound
+    assert ran == ["queued"] * 4
+
+
 def held_until(release: asyncio.Event):  # noqa: ANN201 - a Starlette endpoint
     """An endpoint that answers once `release` is set (a request held in flight)."""
     async def slow(request):  # noqa: ANN001, ANN202
