@@ -38,7 +38,9 @@ async def get_session(request: Request) -> AsyncIterator[Session]:
         try:
             yield session
         finally:
-            session.close()
+            # Closing rolls back and returns the connection: a database round trip, run in a thread so that the
+            # event loop, which every request needs, never waits on the database (this teardown runs on the loop).
+            await asyncio.to_thread(session.close)
     finally:
         gate.release()
 
