@@ -127,7 +127,9 @@ def test_the_direction_from_the_medians_matrix_matches_the_dense_reference(d: in
     fast = svgd_direction(x, score, h, sq=sq)
     reference = kernels_svgd_direction(x.double(), score.double(), float(h), backend="dense")
     old = svgd_direction(x, score, h)  # the path without the matrix
-    tol = 1e-5 if dtype == torch.float32 else 1e-10
+    # float32: points at 5 ± 0.3 lose about 2.5 digits in ‖x‖² + ‖y‖² − 2 x·y (25 against distances near 0.1), so
+    # the direction is good to about 280 × eps₃₂ ≈ 2e-5 of its scale; measured up to 1.2e-5 (Intel Xeon)
+    tol = 5e-5 if dtype == torch.float32 else 1e-10
     scale = float(reference.abs().max())
     assert float((fast.double() - reference).abs().max()) <= tol * scale
     assert float((old.double() - reference).abs().max()) <= tol * scale

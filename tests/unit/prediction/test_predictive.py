@@ -327,7 +327,10 @@ def test_fvi_sampler_predictive_and_held_out_metrics() -> None:
 @pytest.mark.parametrize("task", ["regression", "classification"])
 def test_predict_in_chunks_of_inputs_equals_one_chunk(task: str, monkeypatch) -> None:
     """`predict` works through the inputs in chunks of PREDICT_CHUNK_ELEMENTS; the summaries of each input do
-    not depend on the chunking (the draws are shared, each input's mixture is its own)."""
+    not depend on the chunking (the draws are shared, each input's mixture is its own) beyond the float32 rounding
+    of the network's matmuls, which on some CPUs depends on the number of rows (Intel Xeon, 2026-11-29: up to
+    9e-7 relative; bit-identical on the AMD EPYC machines before). A wrong chunking (a draw or an input mixed
+    up) moves a summary by far more."""
     from inference_core.prediction import predictive
 
     rng = np.random.default_rng(5)
@@ -346,7 +349,7 @@ def test_predict_in_chunks_of_inputs_equals_one_chunk(task: str, monkeypatch) ->
     assert chunked.keys() == whole.keys()
     for key, value in whole.items():
         if isinstance(value, np.ndarray):
-            np.testing.assert_allclose(chunked[key], value, rtol=1e-12, atol=1e-12, err_msg=key)
+            np.testing.assert_allclose(chunked[key], value, rtol=1e-5, atol=1e-6, err_msg=key)
         else:
             assert chunked[key] == value, key
 
